@@ -1,0 +1,346 @@
+"""The canonical record schema: one row per (model, task, query) response.
+
+Every importer maps into these columns and every numeric routine reads them. One entry
+point, :func:`validate_records`, turns bad input into a :class:`RecordsError` (a
+``ValueError``) whose one-line message names the offending rows or columns and says what
+to do. Row numbers in messages count the first data row as 1 (a CSV's header line is
+line 1 of the file, so data row *k* is on file line *k* + 1).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+REQUIRED_COLUMNS = ("model", "task", "query_id")
+TEXT_COLUMNS = ("model", "task", "query_id", "query", "response", "family")
+EMBEDDING_COLUMNS = ("query_embedding", "response_embedding")
+CANONICAL_COLUMNS = (
+    "model",
+    "task",
+    "query_id",
+    "query",
+    "response",
+    "score",
+    "family",
+    "reference_score",
+    "query_embedding",
+    "response_embedding",
+)
+_MAX_LISTED = 5
+
+
+class RecordsError(ValueError):
+    """Raised when a cache of records breaks the canonical schema.
+
+    The message is one line: what is wrong, where (rows/columns), and what to do.
+    """
+
+
+def _rows(mask: Iterable[bool] | np.ndarray) -> str:
+    """Format 1-based data-row numbers of the true entries of ``mask``."""
+    positions = np.flatnonzero(np.asarray(mask)) + 1
+    shown = ", ".join(str(p) for p in positions[:_MAX_LISTED])
+    more = len(positions) - _MAX_LISTED
+    suffix = f" and {more} more" if more > 0 else ""
+    noun = "row" if len(positions) == 1 else "rows"
+    return f"{noun} {shown}{suffix}"
+
+
+def default_family(model: str) -> str:
+    """The family of a model id: the prefix before the first ``/`` or ``_``.
+
+    ``"meta/llama-3-8b"`` → ``"meta"``; ``"openai_gpt-4"`` → ``"openai"``; a name without
+    either separator is its own family.
+    """
+    for i, ch in enumerate(model):
+        if ch in "/_" and i > 0:
+            return model[:i]
+    return model
+
+
+def _parse_embedding(value: object) -> np.ndarray | None:
+    """An embedding cell as a float vector: JSON-array strings, lists and arrays accepted."""
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        parsed = json.loads(text)
+        return np.asarray(parsed, dtype=float)
+    return np.asarray(value, dtype=float)
+
+
+def _validate_embeddings(frame: pd.DataFrame, column: str) -> None:
+    parsed: list[np.ndarray | None] = []
+    bad: list[bool] = []
+    for value in frame[column].tolist():
+        try:
+            vec = _parse_embedding(value)
+            ok = vec is None or (vec.ndim == 1 and vec.size > 0 and np.all(np.isfinite(vec)))
+        except (ValueError, TypeError):
+            vec, ok = None, False
+        parsed.append(vec if ok else None)
+        bad.append(not ok)
+    if any(bad):
+        raise RecordsError(
+            f"column '{column}' is not a finite numeric vector at {_rows(bad)}; "
+            "write each embedding as a JSON array of numbers such as [0.1, -0.2]"
+        )
+    present = np.array([v is not None for v in parsed])
+    if present.any() and not present.all():
+        raise RecordsError(
+            f"column '{column}' is empty at {_rows(~present)}; give every row an embedding "
+            f"or drop the '{column}' column"
+        )
+    if present.all():
+        lengths = np.array([v.size for v in parsed])
+        common = int(pd.Series(lengths).mode().iloc[0])
+        odd = lengths != common
+        if odd.any():
+            raise RecordsError(
+                f"column '{column}' has embeddings of unequal length: most have {common} "
+                f"values but {_rows(odd)} differ; re-embed those rows with the same model"
+            )
+        frame[column] = parsed
+
+
+def _validate_scores(frame: pd.DataFrame, column: str, *, required: bool) -> None:
+    raw = frame[column]
+    numeric = pd.to_numeric(raw, errors="coerce").astype(float)
+    non_numeric = numeric.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+    if non_numeric.any():
+        raise RecordsError(
+            f"column '{column}' is not numeric at {_rows(non_numeric.to_numpy())}; "
+            "scores must be numbers (e.g. 0/1 or a value in [0, 1])"
+        )
+    infinite = np.isinf(numeric.to_numpy())
+    if infinite.any():
+        raise RecordsError(
+            f"column '{column}' is infinite at {_rows(infinite)}; replace with a finite number"
+        )
+    if required and numeric.isna().any():
+        raise RecordsError(
+            f"column '{column}' is missing (empty/NaN) at {_rows(numeric.isna().to_numpy())}; "
+            "every response used as a score needs one — fill it or drop those rows"
+        )
+    frame[column] = numeric
+
+
+def validate_records(
+    records: pd.DataFrame,
+    *,
+    require_scores: bool = False,
+) -> pd.DataFrame:
+    """Check a cache against the canonical schema and return a normalised copy.
+
+    Parameters
+    ----------
+    records : DataFrame
+        One row per (model, task, query) response, with the columns of DESIGN.md.
+    require_scores : bool, default=False
+        If True, every row needs a finite ``score``. Otherwise NaN scores are allowed and
+        such rows only contribute their response to the perspective space.
+
+    Returns
+    -------
+    DataFrame
+        A copy with identifier columns as ``str``, scores as ``float``, ``family`` filled
+        (default: :func:`default_family`), embedding cells as float arrays, and a fresh
+        ``RangeIndex``. Unknown columns are kept.
+
+    Raises
+    ------
+    RecordsError
+        Missing required columns; empty identifiers; duplicate (model, task, query_id);
+        a query_id with two different query texts; non-numeric, infinite or (when needed)
+        missing scores; a reference_score that varies within a (model, task) cell;
+        malformed embeddings or embeddings of unequal length; no response representation.
+    """
+    if not isinstance(records, pd.DataFrame):
+        raise RecordsError("records must be a table (pandas DataFrame)")
+    if len(records) == 0:
+        raise RecordsError("the file has no data rows; add at least one response row")
+    frame = records.copy()
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise RecordsError(
+            f"missing required column(s) {', '.join(repr(c) for c in missing)}; "
+            f"the canonical columns are {', '.join(CANONICAL_COLUMNS)}"
+        )
+    frame = frame.reset_index(drop=True)
+
+    for column in TEXT_COLUMNS:
+        if column not in frame.columns:
+            continue
+        values = frame[column]
+        empty = values.isna() | (values.astype(str).str.strip() == "")
+        if column in REQUIRED_COLUMNS and empty.any():
+            raise RecordsError(
+                f"column '{column}' is empty at {_rows(empty.to_numpy())}; every row needs a "
+                f"{column}"
+            )
+        as_text = values.map(lambda v: v if isinstance(v, str) else str(v))
+        frame[column] = as_text.where(~empty, None) if column not in REQUIRED_COLUMNS else as_text
+
+    keys = ["model", "task", "query_id"]
+    duplicated = frame.duplicated(keys, keep=False)
+    if duplicated.any():
+        first = frame.loc[duplicated, keys].iloc[0]
+        raise RecordsError(
+            f"duplicate (model, task, query_id) at {_rows(duplicated.to_numpy())} "
+            f"(e.g. {first['model']!r}, {first['task']!r}, {first['query_id']!r}); "
+            "keep one response per model and query"
+        )
+
+    if "query" in frame.columns:
+        texts = frame.dropna(subset=["query"])
+        n_texts = texts.groupby(["task", "query_id"])["query"].nunique()
+        conflicting = n_texts[n_texts > 1]
+        if len(conflicting):
+            task, query_id = conflicting.index[0]
+            mask = (frame["task"] == task) & (frame["query_id"] == query_id)
+            raise RecordsError(
+                f"query_id {query_id!r} of task {task!r} has {int(conflicting.iloc[0])} "
+                f"different query texts at {_rows(mask.to_numpy())}; a query_id must keep "
+                "one text — give the variants distinct query_ids"
+            )
+
+    if "score" in frame.columns:
+        _validate_scores(frame, "score", required=require_scores)
+    elif require_scores:
+        raise RecordsError("missing column 'score'; per-response scores are needed here")
+    if "reference_score" in frame.columns:
+        _validate_scores(frame, "reference_score", required=False)
+        spread = frame.groupby(["model", "task"])["reference_score"].nunique(dropna=False)
+        varying = spread[spread > 1]
+        if len(varying):
+            model, task = varying.index[0]
+            mask = (frame["model"] == model) & (frame["task"] == task)
+            raise RecordsError(
+                f"reference_score varies within cell ({model!r}, {task!r}) at "
+                f"{_rows(mask.to_numpy())}; it is the full-task score and must be constant "
+                "within a (model, task) cell"
+            )
+
+    for column in EMBEDDING_COLUMNS:
+        if column in frame.columns:
+            _validate_embeddings(frame, column)
+
+    has_response = (
+        "response_embedding" in frame.columns
+        or ("response" in frame.columns and frame["response"].notna().any())
+        or ("score" in frame.columns and frame["score"].notna().any())
+    )
+    if not has_response:
+        raise RecordsError(
+            "no response representation: give a 'response' text column, a "
+            "'response_embedding' column, or per-response 'score' values"
+        )
+    if "response" in frame.columns and "response_embedding" not in frame.columns:
+        no_text = frame["response"].isna()
+        if no_text.any() and no_text.mean() < 1.0:
+            raise RecordsError(
+                f"column 'response' is empty at {_rows(no_text.to_numpy())}; give every row "
+                "its response text (or drop the column for a score-only cache)"
+            )
+
+    if "family" not in frame.columns:
+        frame["family"] = frame["model"].map(default_family)
+    else:
+        missing_family = frame["family"].isna()
+        frame.loc[missing_family, "family"] = frame.loc[missing_family, "model"].map(
+            default_family
+        )
+    return frame
+
+
+def has_query_representation(records: pd.DataFrame) -> bool:
+    """Whether the RBF query kernel can be used: query text or query embeddings exist."""
+    if "query_embedding" in records.columns:
+        return True
+    return "query" in records.columns and bool(records["query"].notna().all())
+
+
+def response_representation(records: pd.DataFrame) -> str:
+    """Which response representation a validated cache carries.
+
+    Returns ``"embedding"`` (precomputed vectors), ``"text"`` (response text to embed) or
+    ``"score"`` (a score-only cache: the per-response score is a 1-d representation).
+    """
+    if "response_embedding" in records.columns:
+        return "embedding"
+    if "response" in records.columns and records["response"].notna().all():
+        return "text"
+    return "score"
+
+
+def cell_table(records: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, task) cell: family, number of responses, sample score and reference.
+
+    The sample score is the mean of the cell's observed (non-NaN) scores. The reference
+    is the cell's ``reference_score`` when that column exists (NaN where it is empty),
+    otherwise the sample score (DESIGN.md, "The canonical record").
+    """
+    scores = records["score"] if "score" in records.columns else pd.Series(np.nan, records.index)
+    frame = pd.DataFrame(
+        {
+            "model": records["model"],
+            "task": records["task"],
+            "family": records["family"],
+            "score": scores.astype(float),
+        }
+    )
+    grouped = frame.groupby(["model", "task"], sort=True)
+    cells = grouped.agg(
+        family=("family", "first"),
+        n_responses=("score", "size"),
+        n_scored=("score", "count"),
+        sample_score=("score", "mean"),
+    ).reset_index()
+    if "reference_score" in records.columns:
+        reference = records.groupby(["model", "task"], sort=True)["reference_score"].first()
+        cells["reference_score"] = reference.to_numpy(dtype=float)
+        cells["reference"] = cells["reference_score"]
+    else:
+        cells["reference_score"] = np.nan
+        cells["reference"] = cells["sample_score"]
+    return cells
+
+
+def read_records(path: str) -> pd.DataFrame:
+    """Read a canonical CSV or Parquet file (not yet validated).
+
+    Raises :class:`RecordsError` with a one-line message when the file cannot be read.
+    """
+    import os
+
+    if not os.path.exists(path):
+        raise RecordsError(f"file not found: {path}")
+    lower = path.lower()
+    try:
+        if lower.endswith((".parquet", ".pq")):
+            return pd.read_parquet(path)
+        if lower.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")):
+            sep = "\t" if ".tsv" in lower else ","
+            return pd.read_csv(path, sep=sep, dtype={"model": str, "task": str, "query_id": str})
+    except UnicodeDecodeError as exc:
+        raise RecordsError(
+            f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 and retry"
+        ) from None
+    except pd.errors.EmptyDataError:
+        raise RecordsError(f"{path} is empty; it needs a header row and data rows") from None
+    except pd.errors.ParserError as exc:
+        detail = str(exc).strip().splitlines()[-1]
+        raise RecordsError(f"{path} is not well-formed CSV: {detail}") from None
+    except (OSError, ValueError) as exc:
+        raise RecordsError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    raise RecordsError(f"{path}: unknown file type; use .csv, .tsv or .parquet")
