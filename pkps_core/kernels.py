@@ -1,0 +1,355 @@
+"""Query and response kernels, the PKPS affinity A and the distance D — the hot path.
+
+The affinity of PKPS Eq. (1),
+
+    A_ii' = sum_{j in Q_i} sum_{l in Q_i'} kQ(u_j, u_l) kR(x_ij, x_i'l)
+            / sum_{j in Q_i} sum_{l in Q_i'} kQ(u_j, u_l),
+
+is a sum over all pairs of responses, i.e. ``A = (S^T (K_Q ⊙ K_R) S) / (S^T K_Q S)`` with
+``S`` the response → model indicator. Everything here is array code over responses sorted
+by model, blocked so that memory stays bounded.
+
+For a linear (or cosine) response kernel the product kernel factorises:
+``kQ(u, u') <x, x'>``, so for every unique query ``q`` and model ``i'`` we form
+``T[q, i'] = sum_{l in Q_i'} kQ(u_q, u_l) [x_i'l, 1]`` and contract it with the responses
+to ``q``. The cost is O(M N p) for M unique queries, N responses and p features instead
+of the O(N^2 p) of a pairwise loop, and it is exact. An RBF response kernel does not
+factorise and is summed over blocks of response pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+RESPONSE_KERNELS = ("linear", "rbf", "cosine")
+DEFAULT_BLOCK_BYTES = 1 << 27  # 128 MiB per working block
+
+
+@dataclass(frozen=True)
+class ResponseLayout:
+    """Responses grouped by model: the index structure every kernel sum shares.
+
+    Attributes
+    ----------
+    model_idx : ndarray of shape (n_responses,)
+        Model of each response, non-decreasing (responses sorted by model).
+    query_idx : ndarray of shape (n_responses,)
+        Unique-query index of each response (queries are keyed by (task, query_id)).
+    n_models, n_queries : int
+    model_bounds : ndarray of shape (n_models + 1,)
+        Responses of model ``i`` are ``model_bounds[i]:model_bounds[i + 1]``.
+    """
+
+    model_idx: np.ndarray
+    query_idx: np.ndarray
+    n_models: int
+    n_queries: int
+    model_bounds: np.ndarray
+
+    @classmethod
+    def build(cls, model_idx: np.ndarray, query_idx: np.ndarray, n_models: int, n_queries: int):
+        model_idx = np.asarray(model_idx, dtype=np.int64)
+        query_idx = np.asarray(query_idx, dtype=np.int64)
+        if np.any(np.diff(model_idx) < 0):
+            raise ValueError("responses must be sorted by model (model_idx non-decreasing)")
+        counts = np.bincount(model_idx, minlength=n_models)
+        if np.any(counts == 0):
+            raise ValueError("every model needs at least one response")
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        return cls(model_idx, query_idx, int(n_models), int(n_queries), bounds)
+
+    @property
+    def n_responses(self) -> int:
+        return int(self.model_idx.size)
+
+    @property
+    def responses_per_model(self) -> np.ndarray:
+        return np.diff(self.model_bounds)
+
+
+@dataclass(frozen=True)
+class KernelSums:
+    """Numerator and denominator of Eq. (1), with the self-pair (j = l) parts of the diagonal.
+
+    ``numerator[i, i']`` = Σ kQ kR and ``denominator[i, i']`` = Σ kQ over all response pairs of
+    models i and i'; ``self_numerator[i]`` = Σ_j kQ(u_j, u_j) kR(x_ij, x_ij) and
+    ``self_denominator[i]`` = Σ_j kQ(u_j, u_j) are the terms pairing a response with itself.
+    """
+
+    numerator: np.ndarray
+    denominator: np.ndarray
+    self_numerator: np.ndarray
+    self_denominator: np.ndarray
+
+
+def squared_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """Squared Euclidean distances between the rows of ``a`` and ``b`` (clipped at 0)."""
+    b_is_a = b is None
+    b = a if b is None else b
+    sq_a = np.einsum("ij,ij->i", a, a)
+    sq_b = sq_a if b_is_a else np.einsum("ij,ij->i", b, b)
+    out = sq_a[:, None] + sq_b[None, :] - 2.0 * (a @ b.T)
+    np.maximum(out, 0.0, out=out)
+    if b_is_a:
+        np.fill_diagonal(out, 0.0)
+    return out
+
+
+def rbf_from_squared(sq: np.ndarray, bandwidth: float) -> np.ndarray:
+    """``exp(-sq / (2 bandwidth^2))``; bandwidth 0 is the delta limit (1 where sq == 0)."""
+    if bandwidth <= 0:
+        return (sq == 0).astype(float)
+    return np.exp(-sq / (2.0 * bandwidth * bandwidth))
+
+
+def query_kernel_matrix(query_sqdist: np.ndarray | None, bandwidth: float) -> np.ndarray | None:
+    """The query kernel over unique queries; ``None`` stands for the delta kernel.
+
+    The delta kernel compares query *identities*, so two distinct query ids never match
+    even if their embeddings coincide; bandwidth 0 therefore maps to ``None``.
+    """
+    if bandwidth <= 0 or query_sqdist is None:
+        return None
+    return rbf_from_squared(query_sqdist, bandwidth)
+
+
+def _self_sums(layout: ResponseLayout, self_kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    per_model_r = np.bincount(layout.model_idx, weights=self_kernel, minlength=layout.n_models)
+    per_model_q = layout.responses_per_model.astype(float)  # kQ(u, u) = 1 for RBF and delta
+    return per_model_r, per_model_q
+
+
+def _delta_linear_sums(layout: ResponseLayout, features: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Delta query kernel, linear response kernel: sums over shared queries only."""
+    n, m = layout.n_models, layout.n_queries
+    p = features.shape[1]
+    rows = np.repeat(layout.model_idx, p)
+    cols = (layout.query_idx[:, None] * p + np.arange(p)[None, :]).ravel()
+    by_feature = sp.csr_matrix((features.ravel(), (rows, cols)), shape=(n, m * p))
+    numerator = (by_feature @ by_feature.T).toarray()
+    indicator = sp.csr_matrix(
+        (np.ones(layout.n_responses), (layout.model_idx, layout.query_idx)), shape=(n, m)
+    )
+    denominator = (indicator @ indicator.T).toarray()
+    return numerator, denominator
+
+
+def _rbf_linear_sums(
+    layout: ResponseLayout,
+    features: np.ndarray,
+    query_kernel: np.ndarray,
+    block_bytes: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """RBF (any dense) query kernel, linear response kernel: the factorised exact sum."""
+    n, n_q = layout.n_models, layout.n_queries
+    p = features.shape[1]
+    augmented = np.hstack([features, np.ones((layout.n_responses, 1), dtype=features.dtype)])
+    numerator = np.zeros((n, n))
+    denominator = np.zeros((n, n))
+    by_query = np.argsort(layout.query_idx, kind="stable")
+    query_starts = np.searchsorted(layout.query_idx[by_query], np.arange(n_q + 1))
+    item = features.dtype.itemsize
+    per_query_row = max(layout.n_responses, n * (p + 1)) * item
+    block = int(max(1, min(n_q, block_bytes // max(per_query_row, 1))))
+    bounds = layout.model_bounds
+    for start in range(0, n_q, block):
+        stop = min(n_q, start + block)
+        gathered = query_kernel[start:stop][:, layout.query_idx]  # (b, N)
+        transfer = np.empty((stop - start, n, p + 1), dtype=features.dtype)
+        for i in range(n):
+            lo, hi = bounds[i], bounds[i + 1]
+            transfer[:, i, :] = gathered[:, lo:hi] @ augmented[lo:hi]
+        del gathered
+        members = by_query[query_starts[start] : query_starts[stop]]
+        if members.size == 0:
+            continue
+        local = transfer[layout.query_idx[members] - start]  # (r_b, n, p + 1)
+        contrib_num = np.einsum("rnp,rp->rn", local[:, :, :p], features[members])
+        contrib_den = local[:, :, p]
+        owner = sp.csr_matrix(
+            (np.ones(members.size), (layout.model_idx[members], np.arange(members.size))),
+            shape=(n, members.size),
+        )
+        numerator += owner @ contrib_num
+        denominator += owner @ contrib_den
+    return numerator, denominator
+
+
+def _pairwise_sums(
+    layout: ResponseLayout,
+    features: np.ndarray,
+    query_kernel: np.ndarray | None,
+    response_kernel: str,
+    response_bandwidth: float,
+    block_bytes: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Any kernel pair, by blocks of response rows against all responses: O(N^2 p)."""
+    n, n_resp = layout.n_models, layout.n_responses
+    numerator = np.zeros((n, n))
+    denominator = np.zeros((n, n))
+    sq_norms = np.einsum("ij,ij->i", features, features)
+    block = int(max(1, min(n_resp, block_bytes // (3 * 8 * max(n_resp, 1)))))
+    col_starts = layout.model_bounds[:-1]
+    for start in range(0, n_resp, block):
+        stop = min(n_resp, start + block)
+        rows = slice(start, stop)
+        if query_kernel is None:
+            kq = (layout.query_idx[rows, None] == layout.query_idx[None, :]).astype(float)
+        else:
+            kq = query_kernel[layout.query_idx[rows]][:, layout.query_idx]
+        gram = features[rows] @ features.T
+        if response_kernel == "rbf":
+            sq = sq_norms[rows, None] + sq_norms[None, :] - 2.0 * gram
+            np.maximum(sq, 0.0, out=sq)
+            kr = np.exp(-sq / (2.0 * response_bandwidth * response_bandwidth))
+        else:
+            kr = gram
+        product_by_model = np.add.reduceat(kq * kr, col_starts, axis=1)  # (b, n)
+        mass_by_model = np.add.reduceat(kq, col_starts, axis=1)
+        owner = sp.csr_matrix(
+            (np.ones(stop - start), (layout.model_idx[rows], np.arange(stop - start))),
+            shape=(n, stop - start),
+        )
+        numerator += owner @ product_by_model
+        denominator += owner @ mass_by_model
+    return numerator, denominator
+
+
+def normalize_rows(features: np.ndarray) -> np.ndarray:
+    """Unit-normalise rows; all-zero rows stay zero."""
+    norms = np.linalg.norm(features, axis=1, keepdims=True)
+    return features / np.where(norms > 0, norms, 1.0)
+
+
+def kernel_sums(
+    layout: ResponseLayout,
+    features: np.ndarray,
+    query_kernel: np.ndarray | None,
+    response_kernel: str = "linear",
+    response_bandwidth: float = 1.0,
+    *,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    method: str = "auto",
+) -> KernelSums:
+    """Sum the product kernel over all response pairs of every model pair (Eq. 1).
+
+    Parameters
+    ----------
+    layout : ResponseLayout
+    features : ndarray of shape (n_responses, p)
+        Response representations, rows aligned with ``layout``.
+    query_kernel : ndarray of shape (n_queries, n_queries) or None
+        Query kernel over unique queries; ``None`` is the delta kernel (DKPS).
+    response_kernel : {"linear", "rbf", "cosine"}
+    response_bandwidth : float
+        RBF response-kernel bandwidth (ignored otherwise).
+    block_bytes : int
+        Memory budget of one working block.
+    method : {"auto", "factorized", "pairwise"}
+        ``"factorized"`` (linear/cosine only) is the exact O(M N p) path, ``"pairwise"``
+        the O(N^2 p) block sum; ``"auto"`` takes the factorised one where it applies.
+
+    Returns
+    -------
+    KernelSums
+    """
+    if response_kernel not in RESPONSE_KERNELS:
+        raise ValueError(
+            f"response_kernel must be one of {RESPONSE_KERNELS}, got {response_kernel!r}"
+        )
+    features = np.ascontiguousarray(features, dtype=float)
+    if response_kernel == "cosine":
+        features = normalize_rows(features)
+        response_kernel = "linear"
+    if response_kernel == "rbf":
+        self_kernel = np.ones(layout.n_responses)
+    else:
+        self_kernel = np.einsum("ij,ij->i", features, features)
+    self_num, self_den = _self_sums(layout, self_kernel)
+    factorizable = response_kernel == "linear"
+    if method == "auto":
+        method = "factorized" if factorizable else "pairwise"
+    if method == "factorized" and not factorizable:
+        raise ValueError("the factorized path needs a linear or cosine response kernel")
+    if method == "factorized":
+        if query_kernel is None:
+            numerator, denominator = _delta_linear_sums(layout, features)
+        else:
+            numerator, denominator = _rbf_linear_sums(layout, features, query_kernel, block_bytes)
+    elif method == "pairwise":
+        numerator, denominator = _pairwise_sums(
+            layout, features, query_kernel, response_kernel, response_bandwidth, block_bytes
+        )
+    else:
+        raise ValueError(f"method must be 'auto', 'factorized' or 'pairwise', got {method!r}")
+    numerator = 0.5 * (numerator + numerator.T)
+    denominator = 0.5 * (denominator + denominator.T)
+    return KernelSums(numerator, denominator, self_num, self_den)
+
+
+def affinity_from_sums(sums: KernelSums, self_pairs: str = "include") -> tuple[np.ndarray, np.ndarray]:
+    """The affinity A of Eq. (1) from kernel sums.
+
+    Parameters
+    ----------
+    sums : KernelSums
+    self_pairs : {"include", "exclude"}
+        ``"include"`` is Eq. (1) as written (a V-statistic: A_ii pairs each response with
+        itself). ``"exclude"`` drops the j = l terms from A_ii (a U-statistic, as in unbiased
+        MMD). Where a model has no other kernel mass on its own diagonal (one response, or
+        the delta kernel, where every within-model pair is a self pair) the excluded
+        estimate is undefined and the included one is kept.
+
+    Returns
+    -------
+    affinity : ndarray of shape (n_models, n_models)
+        NaN where two models share no kernel mass (e.g. no common query under delta).
+    fallback : ndarray of bool, shape (n_models,)
+        Models whose diagonal kept the self pairs although ``"exclude"`` was asked.
+    """
+    if self_pairs not in ("include", "exclude"):
+        raise ValueError(f"self_pairs must be 'include' or 'exclude', got {self_pairs!r}")
+    numerator = sums.numerator.copy()
+    denominator = sums.denominator.copy()
+    n = numerator.shape[0]
+    fallback = np.zeros(n, dtype=bool)
+    if self_pairs == "exclude":
+        diag = np.arange(n)
+        rest_den = denominator[diag, diag] - sums.self_denominator
+        usable = rest_den > 1e-9 * np.maximum(denominator[diag, diag], 1.0)
+        fallback = ~usable
+        numerator[diag[usable], diag[usable]] -= sums.self_numerator[usable]
+        denominator[diag[usable], diag[usable]] = rest_den[usable]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        affinity = np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
+    return affinity, fallback
+
+
+def distance_from_affinity(affinity: np.ndarray) -> tuple[np.ndarray, int]:
+    """D with D²_ii' = A_ii + A_i'i' − 2 A_ii', clipped at 0.
+
+    Model pairs without kernel mass (NaN affinity) have no measured distance; they are set
+    to the largest measured distance (treated as far apart) and counted.
+
+    Returns
+    -------
+    distance : ndarray of shape (n_models, n_models)
+    n_undefined_pairs : int
+    """
+    diag = np.diag(affinity)
+    squared = diag[:, None] + diag[None, :] - 2.0 * affinity
+    np.fill_diagonal(squared, 0.0)
+    undefined = np.isnan(squared)
+    n_undefined = int(undefined[np.triu_indices_from(undefined, 1)].sum())
+    if n_undefined:
+        finite = squared[~undefined]
+        fill = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        squared = np.where(undefined, fill, squared)
+        np.fill_diagonal(squared, 0.0)
+    np.maximum(squared, 0.0, out=squared)
+    distance = np.sqrt(squared)
+    distance = 0.5 * (distance + distance.T)
+    return distance, n_undefined

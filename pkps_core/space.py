@@ -1,0 +1,437 @@
+"""The perspective-space estimator: kernels → D (PKPS Eq. 1) → classical MDS (Eq. 2).
+
+:class:`PerspectiveSpace` follows the scikit-learn estimator shape: ``__init__`` stores
+parameters, ``fit`` validates and does the work, fitted attributes end in ``_``. DKPS is
+the same estimator with ``query_kernel="delta"``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from numbers import Real
+
+import numpy as np
+import pandas as pd
+from scipy.spatial.distance import pdist
+from sklearn.base import BaseEstimator
+from sklearn.decomposition import PCA
+from sklearn.manifold import ClassicalMDS
+
+from pkps_core import kernels
+from pkps_core.knn import loo_knn_error
+from pkps_core.records import (
+    RecordsError,
+    cell_table,
+    has_query_representation,
+    response_representation,
+    validate_records,
+)
+
+BANDWIDTH_GRID = (0.03, 0.1, 0.3, 1.0, 3.0)
+QUERY_KERNELS = ("rbf", "delta")
+_MEDIAN_SAMPLE = 2000
+
+
+def zhu_ghodsi_elbows(values: np.ndarray, n_elbows: int = 2) -> list[int]:
+    """Elbows of a scree plot by profile likelihood (Zhu and Ghodsi, 2006).
+
+    Parameters
+    ----------
+    values : ndarray
+        Eigen/singular values in decreasing order.
+    n_elbows : int
+        How many successive elbows to return (each is searched after the previous one).
+
+    Returns
+    -------
+    list of int
+        Elbow positions as the number of leading values to keep (1-based counts).
+    """
+    values = np.sort(np.asarray(values, dtype=float))[::-1]
+    elbows: list[int] = []
+    offset = 0
+    for _ in range(n_elbows):
+        rest = values[offset:]
+        if rest.size < 2:
+            break
+        best_q, best_ll = 1, -np.inf
+        for q in range(1, rest.size):
+            first, second = rest[:q], rest[q:]
+            mu1, mu2 = first.mean(), second.mean()
+            pooled = (((first - mu1) ** 2).sum() + ((second - mu2) ** 2).sum()) / max(
+                rest.size - 2, 1
+            )
+            sigma = np.sqrt(max(pooled, 1e-12 * max(rest.var(), 1e-300)))
+            ll = -0.5 * (((first - mu1) ** 2).sum() + ((second - mu2) ** 2).sum()) / (
+                sigma**2
+            ) - rest.size * np.log(sigma)
+            if ll > best_ll:
+                best_ll, best_q = ll, q
+        elbows.append(offset + best_q)
+        offset += best_q
+    return elbows
+
+
+@dataclass(frozen=True)
+class PreparedCache:
+    """A validated cache turned into arrays: responses sorted by model."""
+
+    layout: kernels.ResponseLayout
+    models: np.ndarray
+    families: np.ndarray
+    tasks: np.ndarray
+    query_keys: pd.DataFrame
+    query_vectors: np.ndarray | None
+    response_vectors: np.ndarray
+    scores: np.ndarray
+    task_of_response: np.ndarray
+    representation: str
+    cells: pd.DataFrame
+
+
+def _stack(column: pd.Series) -> np.ndarray:
+    return np.vstack([np.asarray(v, dtype=float) for v in column.tolist()])
+
+
+def prepare_cache(records: pd.DataFrame, embedder=None, *, validated: bool = False) -> PreparedCache:
+    """Validate a cache and build the response/query arrays the kernels need.
+
+    Text without embeddings is embedded with ``embedder`` (default: the offline embedder
+    of :mod:`pkps_core.embed`). A score-only cache uses the per-response score as a 1-d
+    response representation.
+    """
+    frame = records if validated else validate_records(records)
+    representation = response_representation(frame)
+    needs_text_embedding = representation == "text" or (
+        "query_embedding" not in frame.columns
+        and "query" in frame.columns
+        and frame["query"].notna().all()
+    )
+    if needs_text_embedding:
+        from pkps_core.embed import embed_records
+
+        frame = embed_records(frame, embedder=embedder)
+        representation = response_representation(frame)
+    frame = frame.sort_values(["model", "task", "query_id"], kind="stable").reset_index(drop=True)
+    models, model_idx = np.unique(frame["model"].to_numpy(dtype=str), return_inverse=True)
+    tasks, task_idx = np.unique(frame["task"].to_numpy(dtype=str), return_inverse=True)
+    keys = frame[["task", "query_id"]].astype(str)
+    query_codes, query_uniques = pd.MultiIndex.from_frame(keys).factorize()
+    query_keys = query_uniques.to_frame(index=False)
+    scores = (
+        frame["score"].to_numpy(dtype=float)
+        if "score" in frame.columns
+        else np.full(len(frame), np.nan)
+    )
+    if representation == "embedding":
+        response_vectors = _stack(frame["response_embedding"])
+    else:
+        if np.isnan(scores).any():
+            raise RecordsError(
+                "a score-only cache needs a score on every row: the score is the response "
+                "representation; fill the empty scores or add response text"
+            )
+        response_vectors = scores[:, None].copy()
+        representation = "score"
+    query_vectors = None
+    if "query_embedding" in frame.columns:
+        first = pd.Series(np.arange(len(frame))).groupby(query_codes).first().to_numpy()
+        query_vectors = _stack(frame["query_embedding"].iloc[first])
+    family_of_model = frame.groupby("model", sort=True)["family"].first()
+    layout = kernels.ResponseLayout.build(model_idx, query_codes, len(models), len(query_keys))
+    return PreparedCache(
+        layout=layout,
+        models=models,
+        families=family_of_model.loc[models].to_numpy(dtype=str),
+        tasks=tasks,
+        query_keys=query_keys,
+        query_vectors=query_vectors,
+        response_vectors=response_vectors,
+        scores=scores,
+        task_of_response=task_idx,
+        representation=representation,
+        cells=cell_table(frame),
+    )
+
+
+def _reduce(vectors: np.ndarray, components, random_state) -> np.ndarray:
+    """PCA to ``components`` (int), to the second Zhu–Ghodsi elbow ("elbow"), or not (None)."""
+    if components is None:
+        return vectors
+    max_rank = min(vectors.shape)
+    if components == "elbow":
+        full = PCA(n_components=min(max_rank, 256), random_state=random_state).fit(vectors)
+        elbows = zhu_ghodsi_elbows(full.explained_variance_, n_elbows=2)
+        n_keep = elbows[-1] if elbows else 1
+        return full.transform(vectors)[:, : min(n_keep, 48)]
+    n_keep = min(int(components), max_rank)
+    if n_keep >= vectors.shape[1]:
+        return vectors
+    return PCA(n_components=n_keep, random_state=random_state).fit_transform(vectors)
+
+
+def classical_mds(distance: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:
+    """Classical MDS of a distance matrix (Eq. 2) with ``sklearn.manifold.ClassicalMDS``.
+
+    Components whose eigenvalue is not positive (D not Euclidean there) get coordinate 0.
+
+    Returns
+    -------
+    embedding : ndarray of shape (n_models, n_components)
+    eigenvalues : ndarray of shape (n_components,)
+    """
+    n = distance.shape[0]
+    d = int(max(1, min(n_components, n - 1)))
+    mds = ClassicalMDS(n_components=d, metric="precomputed")
+    with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        embedding = mds.fit_transform(0.5 * (distance + distance.T))
+    eigenvalues = mds.eigenvalues_
+    embedding = np.where(eigenvalues[None, :] > 0, embedding, 0.0)
+    embedding = np.nan_to_num(embedding)
+    if d < n_components:
+        embedding = np.hstack([embedding, np.zeros((n, n_components - d))])
+        eigenvalues = np.concatenate([eigenvalues, np.zeros(n_components - d)])
+    return embedding, eigenvalues
+
+
+class PerspectiveSpace(BaseEstimator):
+    """Product Kernel Perspective Space (PKPS); DKPS with ``query_kernel="delta"``.
+
+    Parameters
+    ----------
+    query_kernel : {"rbf", "delta"}, default="rbf"
+        ``exp(-||u - u'||^2 / 2 sigma^2)`` on query embeddings, or the identity of query ids
+        (DKPS).
+    response_kernel : {"linear", "rbf", "cosine"}, default="linear"
+    query_bandwidth : "cv", "median" or float, default="cv"
+        sigma of the RBF query kernel. ``"median"`` is the median pairwise query distance;
+        ``"cv"`` chooses from ``bandwidth_grid`` × median plus the delta limit (0) by
+        leave-one-model-out distance-weighted KNN error of observed sample scores.
+        A float is used as given (0 is the delta limit).
+    bandwidth_grid : tuple of float, default=(0.03, 0.1, 0.3, 1, 3)
+        Multiples of the median pairwise query distance tried by ``"cv"``.
+    response_bandwidth : "median" or float, default="median"
+        Bandwidth of an RBF response kernel; ``"median"`` = median pairwise response distance.
+    self_pairs : {"include", "exclude"}, default="include"
+        Keep (Eq. 1 as written) or drop the j = l terms of A_ii; see
+        :func:`pkps_core.kernels.affinity_from_sums`.
+    n_components : int, default=8
+        MDS dimension d.
+    cv_neighbors : int, default=8
+        K of the bandwidth cross-validation.
+    query_components : int or None, default=None
+        PCA of query embeddings to this many components (the paper: at most 64).
+    response_components : int, "elbow" or None, default=None
+        PCA of response embeddings (the paper: the second Zhu–Ghodsi elbow, at most 48).
+    normalize_responses : bool, default=True
+        Unit-normalise response embeddings (never applied to a score-only representation).
+    score_weight : float, default=0.0
+        If > 0, append ``sqrt(score_weight) * score`` to each response vector so the response
+        kernel also compares per-response scores (a linear kernel then adds ``w s s'``).
+    block_bytes : int
+        Memory budget per working block of the kernel sums.
+    random_state : int or None, default=0
+        Seed of the PCA solver and of the subsample used for median distances.
+
+    Attributes
+    ----------
+    models_, families_, tasks_ : ndarray of str
+    n_responses_ : ndarray of int, responses per model
+    affinity_ : ndarray (n_models, n_models), A of Eq. (1) at the chosen bandwidth
+    distance_matrix_ : ndarray (n_models, n_models), D
+    embedding_ : ndarray (n_models, n_components), MDS coordinates (Eq. 2)
+    eigenvalues_ : ndarray (n_components,)
+    query_bandwidth_ : float, chosen sigma (0.0 = delta limit)
+    median_query_distance_ : float or nan
+    bandwidth_grid_ : ndarray, sigmas tried (``[0] + grid × median`` for "cv")
+    cv_errors_ : ndarray, leave-one-model-out KNN MAE of observed scores per bandwidth
+    response_bandwidth_ : float or nan
+    n_undefined_pairs_ : int, model pairs with no kernel mass (distance imputed)
+    self_pair_fallback_ : ndarray of bool, models whose A_ii kept the self pairs
+    representation_ : {"embedding", "score"}
+    cells_ : DataFrame, the per-cell table (sample score, reference, n_responses)
+
+    References
+    ----------
+    Helm, Ghosh, Johnson and Priebe, "Benchmark Prediction with Sparse and Unpaired Cached
+    Responses" (PKPS), Eqs. (1)–(2), Section 4 and the appendix "Kernels".
+    """
+
+    def __init__(
+        self,
+        query_kernel: str = "rbf",
+        response_kernel: str = "linear",
+        query_bandwidth="cv",
+        bandwidth_grid: tuple = BANDWIDTH_GRID,
+        response_bandwidth="median",
+        self_pairs: str = "include",
+        n_components: int = 8,
+        cv_neighbors: int = 8,
+        query_components=None,
+        response_components=None,
+        normalize_responses: bool = True,
+        score_weight: float = 0.0,
+        block_bytes: int = kernels.DEFAULT_BLOCK_BYTES,
+        random_state: int | None = 0,
+    ):
+        self.query_kernel = query_kernel
+        self.response_kernel = response_kernel
+        self.query_bandwidth = query_bandwidth
+        self.bandwidth_grid = bandwidth_grid
+        self.response_bandwidth = response_bandwidth
+        self.self_pairs = self_pairs
+        self.n_components = n_components
+        self.cv_neighbors = cv_neighbors
+        self.query_components = query_components
+        self.response_components = response_components
+        self.normalize_responses = normalize_responses
+        self.score_weight = score_weight
+        self.block_bytes = block_bytes
+        self.random_state = random_state
+
+    def _check_params(self, prepared: PreparedCache) -> None:
+        if self.query_kernel not in QUERY_KERNELS:
+            raise ValueError(f"query_kernel must be one of {QUERY_KERNELS}, got {self.query_kernel!r}")
+        if self.response_kernel not in kernels.RESPONSE_KERNELS:
+            raise ValueError(
+                f"response_kernel must be one of {kernels.RESPONSE_KERNELS}, "
+                f"got {self.response_kernel!r}"
+            )
+        bw = self.query_bandwidth
+        if not (bw in ("cv", "median") or (isinstance(bw, Real) and bw >= 0)):
+            raise ValueError(f"query_bandwidth must be 'cv', 'median' or a number >= 0, got {bw!r}")
+        if self.self_pairs not in ("include", "exclude"):
+            raise ValueError(f"self_pairs must be 'include' or 'exclude', got {self.self_pairs!r}")
+        if int(self.n_components) < 1:
+            raise ValueError("n_components must be >= 1")
+        if self.query_kernel == "rbf" and prepared.query_vectors is None:
+            raise ValueError(
+                "the RBF query kernel needs query text or query embeddings; this cache has "
+                "neither — use query_kernel='delta' (DKPS) or add a 'query' column"
+            )
+        if len(prepared.models) < 2:
+            raise ValueError("a perspective space needs at least two models")
+
+    def fit(self, records: pd.DataFrame, y=None, *, embedder=None, prepared: PreparedCache | None = None):
+        """Fit the space on a cache of canonical records.
+
+        Parameters
+        ----------
+        records : DataFrame
+            Canonical records (validated here). Ignored if ``prepared`` is given.
+        y : None
+            Unused (scikit-learn convention).
+        embedder : object, optional
+            Text embedder for caches without embeddings.
+        prepared : PreparedCache, optional
+            Output of :func:`prepare_cache`, to share the preparation between estimators.
+
+        Returns
+        -------
+        self
+        """
+        prepared = prepared if prepared is not None else prepare_cache(records, embedder)
+        self._check_params(prepared)
+        features = self._response_features(prepared)
+        query_sq = None
+        self.median_query_distance_ = np.nan
+        if self.query_kernel == "rbf":
+            queries = _reduce(prepared.query_vectors, self.query_components, self.random_state)
+            query_sq = kernels.squared_distances(queries)
+            self.median_query_distance_ = self._median_distance(queries)
+        self.response_bandwidth_ = np.nan
+        if self.response_kernel == "rbf":
+            self.response_bandwidth_ = (
+                self._median_distance(features)
+                if self.response_bandwidth == "median"
+                else float(self.response_bandwidth)
+            )
+            if not self.response_bandwidth_ > 0:
+                self.response_bandwidth_ = 1.0
+
+        grid = self._candidate_bandwidths()
+        self.bandwidth_grid_ = np.asarray(grid, dtype=float)
+        fits = [self._fit_one(prepared, features, query_sq, sigma) for sigma in grid]
+        if len(grid) > 1:
+            self.cv_errors_ = np.array(
+                [
+                    loo_knn_error(fit[2], prepared.cells, prepared.models, self.cv_neighbors)
+                    for fit in fits
+                ]
+            )
+            best = int(np.nanargmin(self.cv_errors_)) if np.isfinite(self.cv_errors_).any() else 0
+        else:
+            self.cv_errors_ = np.array([np.nan])
+            best = 0
+        affinity, distance, embedding, eigenvalues, n_undefined, fallback = fits[best]
+        self.query_bandwidth_ = float(grid[best])
+        self.models_ = prepared.models
+        self.families_ = prepared.families
+        self.tasks_ = prepared.tasks
+        self.n_responses_ = prepared.layout.responses_per_model
+        self.affinity_ = affinity
+        self.distance_matrix_ = distance
+        self.embedding_ = embedding
+        self.eigenvalues_ = eigenvalues
+        self.n_undefined_pairs_ = n_undefined
+        self.self_pair_fallback_ = fallback
+        self.representation_ = prepared.representation
+        self.cells_ = prepared.cells
+        return self
+
+    def _response_features(self, prepared: PreparedCache) -> np.ndarray:
+        features = prepared.response_vectors
+        if prepared.representation == "embedding":
+            features = _reduce(features, self.response_components, self.random_state)
+            if self.normalize_responses:
+                features = kernels.normalize_rows(features)
+        if self.score_weight and self.score_weight > 0:
+            scores = np.nan_to_num(prepared.scores, nan=np.nanmean(prepared.scores))
+            features = np.hstack([features, np.sqrt(self.score_weight) * scores[:, None]])
+        return features
+
+    def _median_distance(self, vectors: np.ndarray) -> float:
+        rng = np.random.default_rng(self.random_state)
+        if len(vectors) > _MEDIAN_SAMPLE:
+            vectors = vectors[rng.choice(len(vectors), _MEDIAN_SAMPLE, replace=False)]
+        if len(vectors) < 2:
+            return 1.0
+        distances = pdist(vectors)
+        positive = distances[distances > 0]
+        return float(np.median(positive)) if positive.size else 1.0
+
+    def _candidate_bandwidths(self) -> list[float]:
+        if self.query_kernel == "delta":
+            return [0.0]
+        if self.query_bandwidth == "median":
+            return [self.median_query_distance_]
+        if self.query_bandwidth == "cv":
+            return [0.0] + [c * self.median_query_distance_ for c in self.bandwidth_grid]
+        return [float(self.query_bandwidth)]
+
+    def _fit_one(self, prepared: PreparedCache, features, query_sq, sigma: float):
+        query_kernel = kernels.query_kernel_matrix(query_sq, sigma)
+        sums = kernels.kernel_sums(
+            prepared.layout,
+            features,
+            query_kernel,
+            self.response_kernel,
+            self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
+            block_bytes=self.block_bytes,
+        )
+        affinity, fallback = kernels.affinity_from_sums(sums, self.self_pairs)
+        distance, n_undefined = kernels.distance_from_affinity(affinity)
+        embedding, eigenvalues = classical_mds(distance, int(self.n_components))
+        return affinity, distance, embedding, eigenvalues, n_undefined, fallback
+
+    def coordinates(self) -> pd.DataFrame:
+        """The fitted MDS coordinates as a tidy frame (model, family, dim_1 … dim_d)."""
+        frame = pd.DataFrame(
+            self.embedding_, columns=[f"dim_{k + 1}" for k in range(self.embedding_.shape[1])]
+        )
+        frame.insert(0, "family", self.families_)
+        frame.insert(0, "model", self.models_)
+        frame["n_responses"] = self.n_responses_
+        return frame

@@ -1,0 +1,174 @@
+"""The fast affinity paths against the oracle, and the math of Eq. (1)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oracle import oracle_affinity
+from pkps_core import kernels
+
+
+def _layout(model_idx, query_ids):
+    order = np.argsort(model_idx, kind="stable")
+    model_idx = model_idx[order]
+    _, codes = np.unique(query_ids[order], return_inverse=True)
+    layout = kernels.ResponseLayout.build(model_idx, codes, model_idx.max() + 1, codes.max() + 1)
+    return order, layout
+
+
+@st.composite
+def caches(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n_models = draw(st.integers(2, 4))
+    n_queries = draw(st.integers(1, 6))
+    p = draw(st.integers(1, 3))
+    rows = []
+    for i in range(n_models):
+        answered = rng.random(n_queries) < 0.6
+        if not answered.any():
+            answered[rng.integers(n_queries)] = True
+        rows += [(i, q) for q in np.flatnonzero(answered)]
+    model_idx = np.array([r[0] for r in rows])
+    query_ids = np.array([r[1] for r in rows])
+    centres = rng.standard_normal((n_queries, 2))
+    responses = rng.standard_normal((len(rows), p))
+    return model_idx, query_ids, centres[query_ids], responses
+
+
+KERNEL_PAIRS = [(q, r) for q in ("delta", "rbf") for r in ("linear", "cosine", "rbf")]
+
+
+@pytest.mark.parametrize("query_kernel,response_kernel", KERNEL_PAIRS)
+@pytest.mark.parametrize("self_pairs", ["include", "exclude"])
+@settings(max_examples=25, deadline=None)
+@given(cache=caches())
+def test_fast_paths_equal_oracle(cache, query_kernel, response_kernel, self_pairs):
+    model_idx, query_ids, query_emb, responses = cache
+    order, layout = _layout(model_idx, query_ids)
+    bandwidth, response_bandwidth = 0.7, 1.3
+    expected = oracle_affinity(model_idx[order], query_emb[order], query_ids[order],
+                               responses[order], query_kernel, bandwidth, response_kernel,
+                               response_bandwidth, self_pairs)
+    unique_emb = np.zeros((layout.n_queries, 2))
+    unique_emb[layout.query_idx] = query_emb[order]
+    sq = kernels.squared_distances(unique_emb)
+    query_k = None if query_kernel == "delta" else kernels.query_kernel_matrix(sq, bandwidth)
+    methods = ["pairwise"] + (["factorized"] if response_kernel != "rbf" else [])
+    for method in methods:
+        for block_bytes in (64, kernels.DEFAULT_BLOCK_BYTES):  # tiny blocks exercise the loop
+            sums = kernels.kernel_sums(layout, responses[order], query_k, response_kernel,
+                                       response_bandwidth, method=method, block_bytes=block_bytes)
+            got, fallback = kernels.affinity_from_sums(sums, self_pairs)
+            defined = ~np.isnan(expected)
+            np.testing.assert_allclose(got[defined], expected[defined], rtol=1e-6, atol=1e-10)
+            off_diag = ~np.eye(len(got), dtype=bool)
+            assert np.array_equal(np.isnan(got) & off_diag, ~defined & off_diag)
+            # where dropping self pairs leaves no mass, the diagonal keeps Eq. (1) as written
+            diag_undefined = np.isnan(np.diag(expected))
+            assert np.array_equal(fallback, diag_undefined)
+
+
+def _paired_cache(seed, n_models=6, m=7, p=5):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_models, m, p))
+    model_idx = np.repeat(np.arange(n_models), m)
+    query_idx = np.tile(np.arange(m), n_models)
+    layout = kernels.ResponseLayout.build(model_idx, query_idx, n_models, m)
+    return X, layout
+
+
+def test_delta_kernel_on_paired_data_is_classic_dkps():
+    X, layout = _paired_cache(0)
+    n, m, _ = X.shape
+    sums = kernels.kernel_sums(layout, X.reshape(n * m, -1), None, "linear")
+    affinity, _ = kernels.affinity_from_sums(sums, "include")
+    distance, undefined = kernels.distance_from_affinity(affinity)
+    classic = np.array([[np.linalg.norm(X[i] - X[j]) / np.sqrt(m) for j in range(n)]
+                        for i in range(n)])
+    assert undefined == 0
+    np.testing.assert_allclose(distance, classic, rtol=0, atol=1e-10)
+
+
+def test_permuting_models_permutes_distance():
+    rng = np.random.default_rng(1)
+    n, m, p = 5, 4, 3
+    X = rng.standard_normal((n, m, p))
+    queries = rng.standard_normal((n, m, 2))  # unpaired: every response its own query
+    perm = rng.permutation(n)
+
+    def distance(order):
+        model_idx = np.repeat(np.arange(n), m)
+        query_idx = np.arange(n * m)
+        layout = kernels.ResponseLayout.build(model_idx, query_idx, n, n * m)
+        qk = kernels.query_kernel_matrix(
+            kernels.squared_distances(queries[order].reshape(n * m, 2)), 0.8)
+        sums = kernels.kernel_sums(layout, X[order].reshape(n * m, p), qk, "linear")
+        return kernels.distance_from_affinity(kernels.affinity_from_sums(sums)[0])[0]
+
+    base, permuted = distance(np.arange(n)), distance(perm)
+    np.testing.assert_allclose(permuted, base[np.ix_(perm, perm)], atol=1e-12)
+
+
+@pytest.mark.parametrize("response_kernel", ["linear", "cosine", "rbf"])
+def test_duplicated_model_has_zero_distance(response_kernel):
+    rng = np.random.default_rng(2)
+    m, p = 5, 4
+    X = rng.standard_normal((3, m, p))
+    X = np.concatenate([X, X[1:2]])  # model 3 duplicates model 1 (same queries, responses)
+    q = rng.standard_normal((3, m, 2))
+    q = np.concatenate([q, q[1:2]])
+    model_idx = np.repeat(np.arange(4), m)
+    query_ids = np.arange(4 * m).reshape(4, m)
+    query_ids[3] = query_ids[1]
+    _, codes = np.unique(query_ids.ravel(), return_inverse=True)
+    layout = kernels.ResponseLayout.build(model_idx, codes, 4, codes.max() + 1)
+    unique = np.zeros((codes.max() + 1, 2))
+    unique[codes] = q.reshape(-1, 2)
+    qk = kernels.query_kernel_matrix(kernels.squared_distances(unique), 0.5)
+    sums = kernels.kernel_sums(layout, X.reshape(4 * m, p), qk, response_kernel, 1.0)
+    distance, _ = kernels.distance_from_affinity(kernels.affinity_from_sums(sums, "include")[0])
+    assert distance[1, 3] == pytest.approx(0.0, abs=1e-6)
+    assert distance[0, 1] > 1e-3
+
+
+def test_rbf_query_kernel_approaches_delta_as_bandwidth_shrinks():
+    rng = np.random.default_rng(3)
+    n, pool, p = 5, 12, 3
+    model_idx, query_idx = [], []
+    for i in range(n):  # partially paired: each model answers 6 of 12 pool queries
+        chosen = np.sort(rng.choice(pool, 6, replace=False))
+        model_idx += [i] * 6
+        query_idx += chosen.tolist()
+    model_idx, query_idx = np.array(model_idx), np.array(query_idx)
+    layout = kernels.ResponseLayout.build(model_idx, query_idx, n, pool)
+    X = rng.standard_normal((len(model_idx), p))
+    sq = kernels.squared_distances(rng.standard_normal((pool, 4)))
+    delta = kernels.distance_from_affinity(
+        kernels.affinity_from_sums(kernels.kernel_sums(layout, X, None))[0])[0]
+    gaps = []
+    for sigma in (1.0, 0.3, 0.1, 0.03):
+        d = kernels.distance_from_affinity(kernels.affinity_from_sums(
+            kernels.kernel_sums(layout, X, kernels.query_kernel_matrix(sq, sigma)))[0])[0]
+        gaps.append(np.abs(d - delta).max())
+    assert gaps[-1] < 1e-8
+    assert all(a >= b - 1e-12 for a, b in zip(gaps, gaps[1:], strict=False))
+    assert gaps[0] > 1e-3
+
+
+def test_pairs_without_kernel_mass_are_imputed_and_counted():
+    # delta kernel, disjoint query sets: no pair shares a query
+    model_idx = np.array([0, 0, 1, 1, 2])
+    query_idx = np.array([0, 1, 2, 3, 4])
+    layout = kernels.ResponseLayout.build(model_idx, query_idx, 3, 5)
+    X = np.random.default_rng(4).standard_normal((5, 2))
+    affinity, _ = kernels.affinity_from_sums(kernels.kernel_sums(layout, X, None))
+    assert np.isnan(affinity[0, 1]) and np.isfinite(affinity[0, 0])
+    distance, undefined = kernels.distance_from_affinity(affinity)
+    assert undefined == 3
+    assert np.all(np.isfinite(distance))
+
+
+def test_layout_rejects_unsorted_models():
+    with pytest.raises(ValueError, match="sorted by model"):
+        kernels.ResponseLayout.build(np.array([1, 0]), np.array([0, 1]), 2, 2)
