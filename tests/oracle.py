@@ -12,6 +12,7 @@ def oracle_affinity(model_idx, query_emb, query_ids, responses, query_kernel, ba
     models = sorted(set(model_idx.tolist()))
     n = len(models)
     affinity = np.full((n, n), np.nan)
+    mass = np.zeros((n, n))
     for a in range(n):
         rows_a = np.flatnonzero(model_idx == models[a])
         for b in range(n):
@@ -36,6 +37,7 @@ def oracle_affinity(model_idx, query_emb, query_ids, responses, query_kernel, ba
                         kr = np.exp(-diff @ diff / (2 * response_bandwidth**2))
                     num += kq * kr
                     den += kq
+            mass[a, b] = den
             if den > 0:
                 affinity[a, b] = num / den
-    return affinity
+    return affinity, mass
