@@ -1,0 +1,93 @@
+"""The command line, run as a user runs it: ``python -m pkps_core``."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COLUMNS = ["model", "task", "method", "prediction", "sample_score", "n_responses",
+           "reference_score", "note"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "pkps_core", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def synth_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "s.csv"
+    done = run("synth", "--out", str(path), "--seed", "1")
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_synth_then_predict_writes_every_cell_and_method(synth_csv, tmp_path):
+    out = tmp_path / "p.csv"
+    done = run("predict", "--input", str(synth_csv), "--out", str(out),
+               "--methods", "sample,dkps,pkps", "--holdout", "family")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == COLUMNS
+    assert len(frame) == 60 * 12 * 3
+    assert not frame.duplicated(["model", "task", "method"]).any()
+    assert frame.groupby("method").size().to_dict() == {"dkps": 720, "pkps": 720, "sample": 720}
+    assert frame.prediction.notna().all() and frame.reference_score.notna().all()
+    mae = (frame.prediction - frame.reference_score).abs().groupby(frame.method).mean()
+    assert mae["pkps"] < mae["dkps"]
+    assert "MAE against reference_score" in done.stdout
+
+
+def test_parquet_output_and_targets(synth_csv, tmp_path):
+    out = tmp_path / "p.parquet"
+    done = run("predict", "--input", str(synth_csv), "--out", str(out), "--methods", "pkps",
+               "--bandwidth", "median", "--targets", "fam00/model-00,fam00/model-01")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_parquet(out)
+    assert set(frame.method) == {"pkps"} and len(frame) == 720
+
+
+def _one_line_error(done, *needles):
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_duplicated_row_is_refused(synth_csv, tmp_path):
+    frame = pd.read_csv(synth_csv)
+    bad = tmp_path / "dup.csv"
+    pd.concat([frame, frame.iloc[[4]]]).to_csv(bad, index=False)
+    done = run("predict", "--input", str(bad), "--out", str(tmp_path / "x.csv"))
+    _one_line_error(done, "duplicate (model, task, query_id)", "rows 5,")
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_missing_model_column_is_refused(synth_csv, tmp_path):
+    bad = tmp_path / "nomodel.csv"
+    pd.read_csv(synth_csv).drop(columns="model").to_csv(bad, index=False)
+    done = run("predict", "--input", str(bad), "--out", str(tmp_path / "x.csv"))
+    _one_line_error(done, "missing required column", "'model'")
+
+
+def test_non_numeric_score_is_refused(synth_csv, tmp_path):
+    frame = pd.read_csv(synth_csv).astype({"score": object})
+    frame.loc[6, "score"] = "n/a-ish"
+    bad = tmp_path / "score.csv"
+    frame.to_csv(bad, index=False)
+    done = run("predict", "--input", str(bad), "--out", str(tmp_path / "x.csv"))
+    _one_line_error(done, "'score' is not numeric", "row 7")
+
+
+def test_unknown_method_and_target(synth_csv, tmp_path):
+    done = run("predict", "--input", str(synth_csv), "--out", str(tmp_path / "x.csv"),
+               "--methods", "oracle")
+    _one_line_error(done, "unknown method", "oracle")
+    done = run("predict", "--input", str(synth_csv), "--out", str(tmp_path / "x.csv"),
+               "--targets", "nobody")
+    _one_line_error(done, "unknown target model", "nobody")
