@@ -39,9 +39,7 @@ def synthetic_query_efficiency(
                 cache = make_synthetic(
                     n_models=n_models, n_tasks=n_tasks, budget=budget, rho=rho, random_state=seed
                 )
-                predictions = predict(
-                    cache.records, methods, holdout=holdout, space_params=params
-                )
+                predictions = predict(cache.records, methods, holdout=holdout, space_params=params)
                 observed = predictions.dropna(subset=["sample_score"])
                 error = (observed["prediction"] - observed["reference_score"]).abs()
                 for method, mae in error.groupby(observed["method"]).mean().items():

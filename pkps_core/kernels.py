@@ -290,7 +290,9 @@ def kernel_sums(
     return KernelSums(numerator, denominator, self_num, self_den)
 
 
-def affinity_from_sums(sums: KernelSums, self_pairs: str = "include") -> tuple[np.ndarray, np.ndarray]:
+def affinity_from_sums(
+    sums: KernelSums, self_pairs: str = "include"
+) -> tuple[np.ndarray, np.ndarray]:
     """The affinity A of Eq. (1) from kernel sums.
 
     Parameters
@@ -324,7 +326,9 @@ def affinity_from_sums(sums: KernelSums, self_pairs: str = "include") -> tuple[n
         numerator[diag[usable], diag[usable]] -= sums.self_numerator[usable]
         denominator[diag[usable], diag[usable]] = rest_den[usable]
     with np.errstate(invalid="ignore", divide="ignore"):
-        affinity = np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
+        affinity = np.where(
+            denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan
+        )
     return affinity, fallback
 
 

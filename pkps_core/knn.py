@@ -16,7 +16,9 @@ import pandas as pd
 from scipy.spatial.distance import cdist
 
 
-def weighted_knn(distances: np.ndarray, values: np.ndarray, allowed: np.ndarray, k: int) -> np.ndarray:
+def weighted_knn(
+    distances: np.ndarray, values: np.ndarray, allowed: np.ndarray, k: int
+) -> np.ndarray:
     """Predict each row from its ``k`` nearest allowed columns.
 
     Parameters
@@ -58,7 +60,9 @@ def weighted_knn(distances: np.ndarray, values: np.ndarray, allowed: np.ndarray,
     return prediction
 
 
-def _cell_matrix(cells: pd.DataFrame, models: np.ndarray, tasks: np.ndarray, column: str) -> np.ndarray:
+def _cell_matrix(
+    cells: pd.DataFrame, models: np.ndarray, tasks: np.ndarray, column: str
+) -> np.ndarray:
     matrix = np.full((len(models), len(tasks)), np.nan)
     model_pos = pd.Index(models).get_indexer(cells["model"])
     task_pos = pd.Index(tasks).get_indexer(cells["task"])
@@ -67,7 +71,9 @@ def _cell_matrix(cells: pd.DataFrame, models: np.ndarray, tasks: np.ndarray, col
     return matrix
 
 
-def loo_knn_error(embedding: np.ndarray, cells: pd.DataFrame, models: np.ndarray, k: int = 8) -> float:
+def loo_knn_error(
+    embedding: np.ndarray, cells: pd.DataFrame, models: np.ndarray, k: int = 8
+) -> float:
     """Leave-one-model-out distance-weighted KNN MAE of the observed sample scores.
 
     Each observed cell's sample score is predicted from the ``k`` nearest *other* models

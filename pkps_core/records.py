@@ -257,9 +257,7 @@ def validate_records(
         frame["family"] = frame["model"].map(default_family)
     else:
         missing_family = frame["family"].isna()
-        frame.loc[missing_family, "family"] = frame.loc[missing_family, "model"].map(
-            default_family
-        )
+        frame.loc[missing_family, "family"] = frame.loc[missing_family, "model"].map(default_family)
     return frame
 
 

@@ -23,7 +23,6 @@ from pkps_core.knn import loo_knn_error
 from pkps_core.records import (
     RecordsError,
     cell_table,
-    has_query_representation,
     response_representation,
     validate_records,
 )
@@ -94,7 +93,9 @@ def _stack(column: pd.Series) -> np.ndarray:
     return np.vstack([np.asarray(v, dtype=float) for v in column.tolist()])
 
 
-def prepare_cache(records: pd.DataFrame, embedder=None, *, validated: bool = False) -> PreparedCache:
+def prepare_cache(
+    records: pd.DataFrame, embedder=None, *, validated: bool = False
+) -> PreparedCache:
     """Validate a cache and build the response/query arrays the kernels need.
 
     Text without embeddings is embedded with ``embedder`` (default: the offline embedder
@@ -293,7 +294,9 @@ class PerspectiveSpace(BaseEstimator):
 
     def _check_params(self, prepared: PreparedCache) -> None:
         if self.query_kernel not in QUERY_KERNELS:
-            raise ValueError(f"query_kernel must be one of {QUERY_KERNELS}, got {self.query_kernel!r}")
+            raise ValueError(
+                f"query_kernel must be one of {QUERY_KERNELS}, got {self.query_kernel!r}"
+            )
         if self.response_kernel not in kernels.RESPONSE_KERNELS:
             raise ValueError(
                 f"response_kernel must be one of {kernels.RESPONSE_KERNELS}, "
@@ -314,7 +317,9 @@ class PerspectiveSpace(BaseEstimator):
         if len(prepared.models) < 2:
             raise ValueError("a perspective space needs at least two models")
 
-    def fit(self, records: pd.DataFrame, y=None, *, embedder=None, prepared: PreparedCache | None = None):
+    def fit(
+        self, records: pd.DataFrame, y=None, *, embedder=None, prepared: PreparedCache | None = None
+    ):
         """Fit the space on a cache of canonical records.
 
         Parameters

@@ -146,9 +146,7 @@ def make_synthetic(
 
     width = len(str(n_models - 1))
     fam_width = len(str(n_families - 1))
-    model_names = [
-        f"fam{family_of[i]:0{fam_width}d}/model-{i:0{width}d}" for i in range(n_models)
-    ]
+    model_names = [f"fam{family_of[i]:0{fam_width}d}/model-{i:0{width}d}" for i in range(n_models)]
     task_names = [f"task-{t:02d}" for t in range(n_tasks)]
 
     rows_model, rows_task, rows_query = [], [], []

@@ -7,8 +7,17 @@ is written. Used only to check the fast paths in :mod:`pkps_core.kernels`.
 import numpy as np
 
 
-def oracle_affinity(model_idx, query_emb, query_ids, responses, query_kernel, bandwidth,
-                    response_kernel, response_bandwidth=1.0, self_pairs="include"):
+def oracle_affinity(
+    model_idx,
+    query_emb,
+    query_ids,
+    responses,
+    query_kernel,
+    bandwidth,
+    response_kernel,
+    response_bandwidth=1.0,
+    self_pairs="include",
+):
     models = sorted(set(model_idx.tolist()))
     n = len(models)
     affinity = np.full((n, n), np.nan)
@@ -19,7 +28,7 @@ def oracle_affinity(model_idx, query_emb, query_ids, responses, query_kernel, ba
             rows_b = np.flatnonzero(model_idx == models[b])
             num = den = 0.0
             for j in rows_a:
-                for l in rows_b:
+                for l in rows_b:  # noqa: E741 (the paper's index)
                     if self_pairs == "exclude" and a == b and j == l:
                         continue
                     if query_kernel == "delta":

@@ -8,13 +8,26 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COLUMNS = ["model", "task", "method", "prediction", "sample_score", "n_responses",
-           "reference_score", "note"]
+COLUMNS = [
+    "model",
+    "task",
+    "method",
+    "prediction",
+    "sample_score",
+    "n_responses",
+    "reference_score",
+    "note",
+]
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "pkps_core", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pkps_core", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +40,17 @@ def synth_csv(tmp_path_factory):
 
 def test_synth_then_predict_writes_every_cell_and_method(synth_csv, tmp_path):
     out = tmp_path / "p.csv"
-    done = run("predict", "--input", str(synth_csv), "--out", str(out),
-               "--methods", "sample,dkps,pkps", "--holdout", "family")
+    done = run(
+        "predict",
+        "--input",
+        str(synth_csv),
+        "--out",
+        str(out),
+        "--methods",
+        "sample,dkps,pkps",
+        "--holdout",
+        "family",
+    )
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(out)
     assert list(frame.columns) == COLUMNS
@@ -43,8 +65,19 @@ def test_synth_then_predict_writes_every_cell_and_method(synth_csv, tmp_path):
 
 def test_parquet_output_and_targets(synth_csv, tmp_path):
     out = tmp_path / "p.parquet"
-    done = run("predict", "--input", str(synth_csv), "--out", str(out), "--methods", "pkps",
-               "--bandwidth", "median", "--targets", "fam00/model-00,fam00/model-01")
+    done = run(
+        "predict",
+        "--input",
+        str(synth_csv),
+        "--out",
+        str(out),
+        "--methods",
+        "pkps",
+        "--bandwidth",
+        "median",
+        "--targets",
+        "fam00/model-00,fam00/model-01",
+    )
     assert done.returncode == 0, done.stderr
     frame = pd.read_parquet(out)
     assert set(frame.method) == {"pkps"} and len(frame) == 720
@@ -85,9 +118,23 @@ def test_non_numeric_score_is_refused(synth_csv, tmp_path):
 
 
 def test_unknown_method_and_target(synth_csv, tmp_path):
-    done = run("predict", "--input", str(synth_csv), "--out", str(tmp_path / "x.csv"),
-               "--methods", "oracle")
+    done = run(
+        "predict",
+        "--input",
+        str(synth_csv),
+        "--out",
+        str(tmp_path / "x.csv"),
+        "--methods",
+        "oracle",
+    )
     _one_line_error(done, "unknown method", "oracle")
-    done = run("predict", "--input", str(synth_csv), "--out", str(tmp_path / "x.csv"),
-               "--targets", "nobody")
+    done = run(
+        "predict",
+        "--input",
+        str(synth_csv),
+        "--out",
+        str(tmp_path / "x.csv"),
+        "--targets",
+        "nobody",
+    )
     _one_line_error(done, "unknown target model", "nobody")

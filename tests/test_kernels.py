@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from oracle import oracle_affinity
+
 from pkps_core import kernels
 
 
@@ -47,9 +47,17 @@ def test_fast_paths_equal_oracle(cache, query_kernel, response_kernel, self_pair
     model_idx, query_ids, query_emb, responses = cache
     order, layout = _layout(model_idx, query_ids)
     bandwidth, response_bandwidth = 0.7, 1.3
-    expected, mass = oracle_affinity(model_idx[order], query_emb[order], query_ids[order],
-                               responses[order], query_kernel, bandwidth, response_kernel,
-                               response_bandwidth, self_pairs)
+    expected, mass = oracle_affinity(
+        model_idx[order],
+        query_emb[order],
+        query_ids[order],
+        responses[order],
+        query_kernel,
+        bandwidth,
+        response_kernel,
+        response_bandwidth,
+        self_pairs,
+    )
     unique_emb = np.zeros((layout.n_queries, 2))
     unique_emb[layout.query_idx] = query_emb[order]
     sq = kernels.squared_distances(unique_emb)
@@ -57,8 +65,15 @@ def test_fast_paths_equal_oracle(cache, query_kernel, response_kernel, self_pair
     methods = ["pairwise"] + (["factorized"] if response_kernel != "rbf" else [])
     for method in methods:
         for block_bytes in (64, kernels.DEFAULT_BLOCK_BYTES):  # tiny blocks exercise the loop
-            sums = kernels.kernel_sums(layout, responses[order], query_k, response_kernel,
-                                       response_bandwidth, method=method, block_bytes=block_bytes)
+            sums = kernels.kernel_sums(
+                layout,
+                responses[order],
+                query_k,
+                response_kernel,
+                response_bandwidth,
+                method=method,
+                block_bytes=block_bytes,
+            )
             got, fallback = kernels.affinity_from_sums(sums, self_pairs)
             # where dropping self pairs leaves (next to) no mass, the diagonal keeps Eq. (1)
             # as written: the U-statistic is undefined there, or numerically meaningless
@@ -88,8 +103,9 @@ def test_delta_kernel_on_paired_data_is_classic_dkps():
     sums = kernels.kernel_sums(layout, X.reshape(n * m, -1), None, "linear")
     affinity, _ = kernels.affinity_from_sums(sums, "include")
     distance, undefined = kernels.distance_from_affinity(affinity)
-    classic = np.array([[np.linalg.norm(X[i] - X[j]) / np.sqrt(m) for j in range(n)]
-                        for i in range(n)])
+    classic = np.array(
+        [[np.linalg.norm(X[i] - X[j]) / np.sqrt(m) for j in range(n)] for i in range(n)]
+    )
     assert undefined == 0
     np.testing.assert_allclose(distance, classic, rtol=0, atol=1e-10)
 
@@ -106,7 +122,8 @@ def test_permuting_models_permutes_distance():
         query_idx = np.arange(n * m)
         layout = kernels.ResponseLayout.build(model_idx, query_idx, n, n * m)
         qk = kernels.query_kernel_matrix(
-            kernels.squared_distances(queries[order].reshape(n * m, 2)), 0.8)
+            kernels.squared_distances(queries[order].reshape(n * m, 2)), 0.8
+        )
         sums = kernels.kernel_sums(layout, X[order].reshape(n * m, p), qk, "linear")
         return kernels.distance_from_affinity(kernels.affinity_from_sums(sums)[0])[0]
 
@@ -149,11 +166,15 @@ def test_rbf_query_kernel_approaches_delta_as_bandwidth_shrinks():
     X = rng.standard_normal((len(model_idx), p))
     sq = kernels.squared_distances(rng.standard_normal((pool, 4)))
     delta = kernels.distance_from_affinity(
-        kernels.affinity_from_sums(kernels.kernel_sums(layout, X, None))[0])[0]
+        kernels.affinity_from_sums(kernels.kernel_sums(layout, X, None))[0]
+    )[0]
     gaps = []
     for sigma in (1.0, 0.3, 0.1, 0.03):
-        d = kernels.distance_from_affinity(kernels.affinity_from_sums(
-            kernels.kernel_sums(layout, X, kernels.query_kernel_matrix(sq, sigma)))[0])[0]
+        d = kernels.distance_from_affinity(
+            kernels.affinity_from_sums(
+                kernels.kernel_sums(layout, X, kernels.query_kernel_matrix(sq, sigma))
+            )[0]
+        )[0]
         gaps.append(np.abs(d - delta).max())
     assert gaps[-1] < 1e-8
     assert all(a >= b - 1e-12 for a, b in zip(gaps, gaps[1:], strict=False))

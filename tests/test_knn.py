@@ -34,10 +34,12 @@ def test_family_holdout_never_uses_siblings():
     models = np.array(["a/1", "a/2", "b/1", "c/1"])
     families = np.array(["a", "a", "b", "c"])
     refs = np.array([[0.1], [0.9], [0.5], [0.7]])
-    by_model = knn_grid_predictions(coords, models, families, np.array(["t"]), refs,
-                                    holdout="model", k=1)
-    by_family = knn_grid_predictions(coords, models, families, np.array(["t"]), refs,
-                                     holdout="family", k=1)
+    by_model = knn_grid_predictions(
+        coords, models, families, np.array(["t"]), refs, holdout="model", k=1
+    )
+    by_family = knn_grid_predictions(
+        coords, models, families, np.array(["t"]), refs, holdout="family", k=1
+    )
     assert by_model[0, 0] == 0.9  # nearest other model is its sibling
     assert by_family[0, 0] == 0.5  # sibling excluded: nearest other family
 
@@ -46,7 +48,8 @@ def test_targets_never_serve_as_references():
     coords = np.array([[0.0], [1.0], [10.0]])
     models = np.array(["x", "y", "z"])
     refs = np.array([[0.2], [0.4], [0.9]])
-    pred = knn_grid_predictions(coords, models, models, np.array(["t"]), refs, k=1,
-                                targets=np.array([False, True, False]))
+    pred = knn_grid_predictions(
+        coords, models, models, np.array(["t"]), refs, k=1, targets=np.array([False, True, False])
+    )
     assert pred[0, 0] == 0.9  # y is a target: x falls back to z
     assert pred[1, 0] == 0.2  # the target itself is predicted from the others

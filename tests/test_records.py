@@ -15,14 +15,16 @@ from pkps_core.records import (
 
 
 def good():
-    return pd.DataFrame({
-        "model": ["org/a", "org/a", "other_b", "other_b"],
-        "task": ["t1", "t2", "t1", "t2"],
-        "query_id": ["q1", "q9", "q1", "q9"],
-        "query": ["What?", "Why?", "What?", "Why?"],
-        "response": ["x", "y", "z", "w"],
-        "score": [1, 0, 0.5, 1],
-    })
+    return pd.DataFrame(
+        {
+            "model": ["org/a", "org/a", "other_b", "other_b"],
+            "task": ["t1", "t2", "t1", "t2"],
+            "query_id": ["q1", "q9", "q1", "q9"],
+            "query": ["What?", "Why?", "What?", "Why?"],
+            "response": ["x", "y", "z", "w"],
+            "score": [1, 0, 0.5, 1],
+        }
+    )
 
 
 def test_valid_records_are_normalised():
@@ -32,8 +34,15 @@ def test_valid_records_are_normalised():
     assert response_representation(out) == "text"
 
 
-@pytest.mark.parametrize("model,family", [("meta/llama", "meta"), ("openai_gpt-4", "openai"),
-                                          ("vicuna-13b", "vicuna-13b"), ("/x", "/x")])
+@pytest.mark.parametrize(
+    "model,family",
+    [
+        ("meta/llama", "meta"),
+        ("openai_gpt-4", "openai"),
+        ("vicuna-13b", "vicuna-13b"),
+        ("/x", "/x"),
+    ],
+)
 def test_default_family(model, family):
     assert default_family(model) == family
 
@@ -52,7 +61,9 @@ def test_duplicate_rows_are_listed():
 def test_query_id_with_two_texts():
     frame = good()
     frame.loc[2, "query"] = "Something else?"
-    with pytest.raises(RecordsError, match="query_id 'q1' of task 't1' has 2 different query texts"):
+    with pytest.raises(
+        RecordsError, match="query_id 'q1' of task 't1' has 2 different query texts"
+    ):
         validate_records(frame)
 
 
@@ -88,20 +99,35 @@ def test_embeddings_of_unequal_length():
 def test_malformed_embedding():
     frame = good()
     frame["query_embedding"] = ["[1, 2]", "oops", "[1, 2]", "[3, 4]"]
-    with pytest.raises(RecordsError, match="'query_embedding' is not a finite numeric vector at row 2"):
+    with pytest.raises(
+        RecordsError, match="'query_embedding' is not a finite numeric vector at row 2"
+    ):
         validate_records(frame)
 
 
 def test_reference_score_must_be_constant_within_cell():
-    frame = pd.DataFrame({"model": ["a", "a"], "task": ["t", "t"], "query_id": ["1", "2"],
-                          "score": [1.0, 0.0], "reference_score": [0.5, 0.6]})
+    frame = pd.DataFrame(
+        {
+            "model": ["a", "a"],
+            "task": ["t", "t"],
+            "query_id": ["1", "2"],
+            "score": [1.0, 0.0],
+            "reference_score": [0.5, 0.6],
+        }
+    )
     with pytest.raises(RecordsError, match="reference_score varies within cell"):
         validate_records(frame)
 
 
 def test_score_only_cache_is_valid():
-    frame = pd.DataFrame({"model": ["a", "a", "b"], "task": ["t"] * 3,
-                          "query_id": ["1", "2", "1"], "score": [1, 0, 1]})
+    frame = pd.DataFrame(
+        {
+            "model": ["a", "a", "b"],
+            "task": ["t"] * 3,
+            "query_id": ["1", "2", "1"],
+            "score": [1, 0, 1],
+        }
+    )
     out = validate_records(frame)
     assert response_representation(out) == "score"
 

@@ -21,8 +21,9 @@ def test_cv_fit_attributes(cache):
     assert np.all(np.diag(space.distance_matrix_) == 0)
     assert space.embedding_.shape == (n, 8)
     assert space.bandwidth_grid_[0] == 0.0 and len(space.bandwidth_grid_) == 6
-    np.testing.assert_allclose(space.bandwidth_grid_[1:] / space.median_query_distance_,
-                               [0.03, 0.1, 0.3, 1, 3])
+    np.testing.assert_allclose(
+        space.bandwidth_grid_[1:] / space.median_query_distance_, [0.03, 0.1, 0.3, 1, 3]
+    )
     assert space.cv_errors_.shape == (6,)
     chosen = int(np.flatnonzero(space.bandwidth_grid_ == space.query_bandwidth_)[0])
     assert space.cv_errors_[chosen] == np.nanmin(space.cv_errors_)
@@ -61,8 +62,11 @@ def test_mds_recovers_euclidean_configuration():
 
 def test_score_only_cache_uses_delta():
     rng = np.random.default_rng(1)
-    rows = [(f"m{i}", "t", f"q{j}", float(rng.random() < 0.3 + 0.05 * i))
-            for i in range(8) for j in range(20)]
+    rows = [
+        (f"m{i}", "t", f"q{j}", float(rng.random() < 0.3 + 0.05 * i))
+        for i in range(8)
+        for j in range(20)
+    ]
     frame = pd.DataFrame(rows, columns=["model", "task", "query_id", "score"])
     with pytest.raises(ValueError, match="RBF query kernel needs query text or query embeddings"):
         PerspectiveSpace().fit(frame)
@@ -87,8 +91,9 @@ def test_zhu_ghodsi_finds_the_gaps():
 
 
 def test_pca_options_reduce_dimensions(cache):
-    space = PerspectiveSpace(query_components=5, response_components="elbow",
-                             query_bandwidth="median").fit(cache.records)
+    space = PerspectiveSpace(
+        query_components=5, response_components="elbow", query_bandwidth="median"
+    ).fit(cache.records)
     assert np.all(np.isfinite(space.distance_matrix_))
 
 

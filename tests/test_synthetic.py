@@ -12,7 +12,8 @@ def test_same_seed_same_cache():
     b = make_synthetic(n_models=10, n_tasks=3, budget=2, random_state=5)
     c = make_synthetic(n_models=10, n_tasks=3, budget=2, random_state=6)
     assert a.records[["model", "task", "query_id", "score"]].equals(
-        b.records[["model", "task", "query_id", "score"]])
+        b.records[["model", "task", "query_id", "score"]]
+    )
     assert not np.allclose(a.truth.true_score, c.truth.true_score)
 
 
@@ -42,8 +43,9 @@ def test_pairing_fraction(rho, budget):
 
 
 def test_task_coverage_and_query_depth():
-    cache = make_synthetic(n_models=40, n_tasks=10, budget=8, p_task=0.3, p_query=0.5,
-                           random_state=2)
+    cache = make_synthetic(
+        n_models=40, n_tasks=10, budget=8, p_task=0.3, p_query=0.5, random_state=2
+    )
     observed = cache.truth.observed.mean()
     assert 0.2 < observed < 0.45
     per_cell = cache.records.groupby(["model", "task"]).size()

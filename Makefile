@@ -1,0 +1,41 @@
+# Two front doors: `make app` (set up, then run the app on the embedded demo data) and
+# `make test` (set up, then run the tests). Each creates its own virtual environment.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8501
+ADDRESS ?= 127.0.0.1
+
+.PHONY: app test lint setup setup-dev bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.runtime: requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: requirements-dev.txt requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $(VENV)/.runtime $@
+
+setup: $(VENV)/.runtime
+setup-dev: $(VENV)/.dev
+
+app: $(VENV)/.runtime
+	$(BIN)/python -m streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \
+		--browser.gatherUsageStats false
+
+test: $(VENV)/.dev
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(VENV)/.dev
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV)
