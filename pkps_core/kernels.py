@@ -59,6 +59,9 @@ class ResponseLayout:
         if np.any(counts == 0):
             raise ValueError("every model needs at least one response")
         bounds = np.concatenate([[0], np.cumsum(counts)])
+        pair_keys = model_idx * max(int(n_queries), 1) + query_idx
+        if np.unique(pair_keys).size != pair_keys.size:
+            raise ValueError("a model answers each unique query at most once")
         return cls(model_idx, query_idx, int(n_models), int(n_queries), bounds)
 
     @property
@@ -122,59 +125,65 @@ def _self_sums(layout: ResponseLayout, self_kernel: np.ndarray) -> tuple[np.ndar
     return per_model_r, per_model_q
 
 
-def _delta_linear_sums(layout: ResponseLayout, features: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Delta query kernel, linear response kernel: sums over shared queries only."""
-    n, m = layout.n_models, layout.n_queries
-    p = features.shape[1]
-    rows = np.repeat(layout.model_idx, p)
-    cols = (layout.query_idx[:, None] * p + np.arange(p)[None, :]).ravel()
-    by_feature = sp.csr_matrix((features.ravel(), (rows, cols)), shape=(n, m * p))
-    numerator = (by_feature @ by_feature.T).toarray()
-    indicator = sp.csr_matrix(
-        (np.ones(layout.n_responses), (layout.model_idx, layout.query_idx)), shape=(n, m)
-    )
-    denominator = (indicator @ indicator.T).toarray()
-    return numerator, denominator
+def _model_blocks(n_models: int, bytes_per_model: int, block_bytes: int):
+    """Consecutive model ranges whose working memory fits ``block_bytes``."""
+    size = int(max(1, min(n_models, block_bytes // max(bytes_per_model, 1))))
+    for start in range(0, n_models, size):
+        yield start, min(n_models, start + size)
 
 
-def _rbf_linear_sums(
+def _factorized_sums(
     layout: ResponseLayout,
     features: np.ndarray,
-    query_kernel: np.ndarray,
+    query_kernel: np.ndarray | None,
     block_bytes: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """RBF (any dense) query kernel, linear response kernel: the factorised exact sum."""
+    """Linear response kernel, any query kernel: the exact factorised sum.
+
+    With ``W = [X, 1]`` and ``Y[q, i] = W`` of model i's response to unique query q (zero
+    if it did not answer), the sums are ``N_ii' = sum_{q,c<p} Y[q,i,c] T[q,i',c]`` and
+    ``Z_ii' = sum_q Y[q,i,p] T[q,i',p]`` with ``T[:, i'] = K_Q Y[:, i']``. T is formed per
+    block of models by gathering the query-kernel columns of the model's own queries
+    (O(M m_i' p) per model); the delta kernel is ``T = Y``. The contraction is one matrix
+    product per block when Y fits in memory, else a loop over models.
+    """
     n, n_q = layout.n_models, layout.n_queries
     p = features.shape[1]
-    augmented = np.hstack([features, np.ones((layout.n_responses, 1), dtype=features.dtype)])
+    width = p + 1
+    augmented = np.hstack([features, np.ones((layout.n_responses, 1))])
+    bounds, query_idx = layout.model_bounds, layout.query_idx
     numerator = np.zeros((n, n))
     denominator = np.zeros((n, n))
-    by_query = np.argsort(layout.query_idx, kind="stable")
-    query_starts = np.searchsorted(layout.query_idx[by_query], np.arange(n_q + 1))
-    item = features.dtype.itemsize
-    per_query_row = max(layout.n_responses, n * (p + 1)) * item
-    block = int(max(1, min(n_q, block_bytes // max(per_query_row, 1))))
-    bounds = layout.model_bounds
-    for start in range(0, n_q, block):
-        stop = min(n_q, start + block)
-        gathered = query_kernel[start:stop][:, layout.query_idx]  # (b, N)
-        transfer = np.empty((stop - start, n, p + 1), dtype=features.dtype)
-        for i in range(n):
-            lo, hi = bounds[i], bounds[i + 1]
-            transfer[:, i, :] = gathered[:, lo:hi] @ augmented[lo:hi]
-        del gathered
-        members = by_query[query_starts[start] : query_starts[stop]]
-        if members.size == 0:
-            continue
-        local = transfer[layout.query_idx[members] - start]  # (r_b, n, p + 1)
-        contrib_num = np.einsum("rnp,rp->rn", local[:, :, :p], features[members])
-        contrib_den = local[:, :, p]
-        owner = sp.csr_matrix(
-            (np.ones(members.size), (layout.model_idx[members], np.arange(members.size))),
-            shape=(n, members.size),
-        )
-        numerator += owner @ contrib_num
-        denominator += owner @ contrib_den
+    dense_contraction = n_q * n * width * 8 <= 4 * block_bytes
+    if dense_contraction:
+        presence = np.zeros((n_q, n, width))
+        presence[query_idx, layout.model_idx] = augmented
+        left_num = presence[:, :, :p].transpose(1, 0, 2).reshape(n, n_q * p)
+        left_den = presence[:, :, p].T.copy()
+        del presence
+    max_m = int(layout.responses_per_model.max())
+    per_model = (n_q + (0 if dense_contraction else max_m)) * width * 8
+    for start, stop in _model_blocks(n, per_model, block_bytes):
+        k = stop - start
+        transfer = np.zeros((n_q, k, width))
+        for j, model in enumerate(range(start, stop)):
+            lo, hi = bounds[model], bounds[model + 1]
+            if query_kernel is None:
+                transfer[query_idx[lo:hi], j] = augmented[lo:hi]
+            else:
+                transfer[:, j] = query_kernel[:, query_idx[lo:hi]] @ augmented[lo:hi]
+        if dense_contraction:
+            right_num = transfer[:, :, :p].transpose(0, 2, 1).reshape(n_q * p, k)
+            numerator[:, start:stop] = left_num @ right_num
+            denominator[:, start:stop] = left_den @ transfer[:, :, p]
+        else:
+            for model in range(n):
+                lo, hi = bounds[model], bounds[model + 1]
+                gathered = transfer[query_idx[lo:hi]]  # (m_i, k, p + 1)
+                numerator[model, start:stop] = np.tensordot(
+                    gathered[:, :, :p], features[lo:hi], axes=([0, 2], [0, 1])
+                )
+                denominator[model, start:stop] = gathered[:, :, p].sum(axis=0)
     return numerator, denominator
 
 
@@ -275,10 +284,7 @@ def kernel_sums(
     if method == "factorized" and not factorizable:
         raise ValueError("the factorized path needs a linear or cosine response kernel")
     if method == "factorized":
-        if query_kernel is None:
-            numerator, denominator = _delta_linear_sums(layout, features)
-        else:
-            numerator, denominator = _rbf_linear_sums(layout, features, query_kernel, block_bytes)
+        numerator, denominator = _factorized_sums(layout, features, query_kernel, block_bytes)
     elif method == "pairwise":
         numerator, denominator = _pairwise_sums(
             layout, features, query_kernel, response_kernel, response_bandwidth, block_bytes
