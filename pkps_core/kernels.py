@@ -26,6 +26,10 @@ import scipy.sparse as sp
 
 RESPONSE_KERNELS = ("linear", "rbf", "cosine")
 DEFAULT_BLOCK_BYTES = 1 << 27  # 128 MiB per working block
+# Dropping the self pairs subtracts them from the diagonal sums; when what is left is
+# below this fraction of the total, the difference has lost too many digits to use
+# (1e-6 leaves ~10 significant digits) and A_ii keeps the self pairs.
+SELF_PAIR_MIN_MASS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -307,9 +311,11 @@ def affinity_from_sums(
     self_pairs : {"include", "exclude"}
         ``"include"`` is Eq. (1) as written (a V-statistic: A_ii pairs each response with
         itself). ``"exclude"`` drops the j = l terms from A_ii (a U-statistic, as in unbiased
-        MMD). Where a model has no other kernel mass on its own diagonal (one response, or
-        the delta kernel, where every within-model pair is a self pair) the excluded
-        estimate is undefined and the included one is kept.
+        MMD). Where a model has (next to) no other kernel mass on its own diagonal (one
+        response; the delta kernel, where every within-model pair is a self pair; or a
+        bandwidth so narrow that the rest is below ``SELF_PAIR_MIN_MASS`` of the total) the
+        excluded estimate is undefined or numerically meaningless and the included one is
+        kept.
 
     Returns
     -------
@@ -327,7 +333,7 @@ def affinity_from_sums(
     if self_pairs == "exclude":
         diag = np.arange(n)
         rest_den = denominator[diag, diag] - sums.self_denominator
-        usable = rest_den > 1e-9 * np.maximum(denominator[diag, diag], 1.0)
+        usable = rest_den > SELF_PAIR_MIN_MASS * np.maximum(denominator[diag, diag], 1.0)
         fallback = ~usable
         numerator[diag[usable], diag[usable]] -= sums.self_numerator[usable]
         denominator[diag[usable], diag[usable]] = rest_den[usable]

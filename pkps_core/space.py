@@ -19,6 +19,7 @@ from sklearn.decomposition import PCA
 from sklearn.manifold import ClassicalMDS
 
 from pkps_core import kernels
+from pkps_core.affinity import AffinityEngine, SumsReport, increment_sums
 from pkps_core.knn import loo_knn_error
 from pkps_core.records import (
     RecordsError,
@@ -87,6 +88,7 @@ class PreparedCache:
     task_of_response: np.ndarray
     representation: str
     cells: pd.DataFrame
+    frame: pd.DataFrame
 
 
 def _stack(column: pd.Series) -> np.ndarray:
@@ -153,6 +155,7 @@ def prepare_cache(
         task_of_response=task_idx,
         representation=representation,
         cells=cell_table(frame),
+        frame=frame,
     )
 
 
@@ -231,6 +234,17 @@ class PerspectiveSpace(BaseEstimator):
     score_weight : float, default=0.0
         If > 0, append ``sqrt(score_weight) * score`` to each response vector so the response
         kernel also compares per-response scores (a linear kernel then adds ``w s s'``).
+    bandwidth_scale : float or None, default=None
+        The distance the bandwidth grid and ``"median"`` are multiples of; None = the
+        median pairwise query distance of this cache. Fix it to compare fits of different
+        caches (and :meth:`update` keeps the first fit's value).
+    affinity_method : {"auto", "exact", "nystrom"}, default="auto"
+        How the kernel sums are computed (see :mod:`pkps_core.affinity`): ``"auto"`` runs
+        exactly unless the cache has many unique queries, where wide bandwidths use a
+        Nyström approximation whose error on D is measured and kept within
+        ``affinity_tol``.
+    affinity_tol : float, default=1e-3
+        Largest accepted measured relative error of D for an approximate path.
     block_bytes : int
         Memory budget per working block of the kernel sums.
     random_state : int or None, default=0
@@ -253,6 +267,10 @@ class PerspectiveSpace(BaseEstimator):
     self_pair_fallback_ : ndarray of bool, models whose A_ii kept the self pairs
     representation_ : {"embedding", "score"}
     cells_ : DataFrame, the per-cell table (sample score, reference, n_responses)
+    kernel_sums_ : list of KernelSums, one per bandwidth of ``bandwidth_grid_``
+    affinity_reports_ : list of SumsReport, the path (exact / nystrom), measured error and
+        rank used per bandwidth
+    affinity_path_, affinity_error_ : the chosen bandwidth's path and error
 
     References
     ----------
@@ -274,6 +292,9 @@ class PerspectiveSpace(BaseEstimator):
         response_components=None,
         normalize_responses: bool = True,
         score_weight: float = 0.0,
+        bandwidth_scale: float | None = None,
+        affinity_method: str = "auto",
+        affinity_tol: float = 1e-3,
         block_bytes: int = kernels.DEFAULT_BLOCK_BYTES,
         random_state: int | None = 0,
     ):
@@ -289,6 +310,9 @@ class PerspectiveSpace(BaseEstimator):
         self.response_components = response_components
         self.normalize_responses = normalize_responses
         self.score_weight = score_weight
+        self.bandwidth_scale = bandwidth_scale
+        self.affinity_method = affinity_method
+        self.affinity_tol = affinity_tol
         self.block_bytes = block_bytes
         self.random_state = random_state
 
@@ -340,12 +364,15 @@ class PerspectiveSpace(BaseEstimator):
         prepared = prepared if prepared is not None else prepare_cache(records, embedder)
         self._check_params(prepared)
         features = self._response_features(prepared)
-        query_sq = None
+        queries = None
         self.median_query_distance_ = np.nan
         if self.query_kernel == "rbf":
             queries = _reduce(prepared.query_vectors, self.query_components, self.random_state)
-            query_sq = kernels.squared_distances(queries)
-            self.median_query_distance_ = self._median_distance(queries)
+            self.median_query_distance_ = (
+                float(self.bandwidth_scale)
+                if self.bandwidth_scale is not None
+                else self._median_distance(queries)
+            )
         self.response_bandwidth_ = np.nan
         if self.response_kernel == "rbf":
             self.response_bandwidth_ = (
@@ -355,10 +382,115 @@ class PerspectiveSpace(BaseEstimator):
             )
             if not self.response_bandwidth_ > 0:
                 self.response_bandwidth_ = 1.0
-
+        engine = self._engine(prepared, features, queries)
         grid = self._candidate_bandwidths()
-        self.bandwidth_grid_ = np.asarray(grid, dtype=float)
-        fits = [self._fit_one(prepared, features, query_sq, sigma) for sigma in grid]
+        sums = [engine.sums(sigma, self.self_pairs) for sigma in grid]
+        self.affinity_reports_ = list(engine.reports)
+        self.prepared_ = prepared
+        self.features_ = features
+        self.query_vectors_ = queries
+        self._finish(prepared, grid, sums)
+        return self
+
+    def update(self, records: pd.DataFrame):
+        """Add responses (of new or existing models) and refit without recomputing everything.
+
+        The kernel sums of Eq. (1) are sums over response pairs, so adding responses adds
+        only the pairs that involve them (:func:`pkps_core.affinity.increment_sums`); A, D,
+        the coordinates and the bandwidth choice are then redone from the updated sums. The
+        bandwidth grid, the response bandwidth and any PCA are kept from the first fit, so
+        the result equals a fresh :meth:`fit` of all the records with
+        ``bandwidth_scale=self.median_query_distance_`` (and the same response bandwidth).
+        Bandwidths that ran on an approximate path are recomputed by the engine.
+
+        Parameters
+        ----------
+        records : DataFrame
+            Canonical records of the added responses, with the same representation columns
+            as the fitted cache (e.g. precomputed embeddings).
+
+        Returns
+        -------
+        self
+        """
+        if not hasattr(self, "prepared_"):
+            raise ValueError("call fit before update")
+        added = validate_records(records)
+        old = self.prepared_.frame
+        keys = ["model", "task", "query_id"]
+        repeated = old[keys].merge(added[keys], on=keys)
+        if len(repeated):
+            first = repeated.iloc[0]
+            raise RecordsError(
+                f"update only adds responses: {len(repeated)} row(s) repeat an existing "
+                f"(model, task, query_id), e.g. ({first['model']!r}, {first['task']!r}, "
+                f"{first['query_id']!r}); refit to change existing responses"
+            )
+        old_columns = {c for c in ("query_embedding", "response_embedding") if c in old.columns}
+        new_columns = {c for c in ("query_embedding", "response_embedding") if c in added.columns}
+        if old_columns != new_columns or self.response_components or self.query_components:
+            raise ValueError(
+                "update needs the added rows to carry the same precomputed embedding columns "
+                "as the fitted cache and no PCA; refit instead"
+            )
+        combined = pd.concat([old, added], ignore_index=True)
+        prepared = prepare_cache(combined)
+        features = self._response_features(prepared)
+        queries = prepared.query_vectors if self.query_kernel == "rbf" else None
+        added_keys = pd.MultiIndex.from_frame(added[keys].astype(str))
+        new_mask = pd.MultiIndex.from_frame(prepared.frame[keys].astype(str)).isin(added_keys)
+        position = pd.Index(prepared.models).get_indexer(self.models_)
+        engine = self._engine(prepared, features, queries)
+        self_num, self_den = engine._self_sums()
+        sums, reports = [], []
+        for sigma, old_sums, report in zip(
+            self.bandwidth_grid_, self.kernel_sums_, self.affinity_reports_, strict=True
+        ):
+            if report.path != "exact":
+                sums.append(engine.sums(sigma, self.self_pairs))
+                reports.append(engine.reports[-1])
+                continue
+            n = len(prepared.models)
+            numerator = np.zeros((n, n))
+            denominator = np.zeros((n, n))
+            numerator[np.ix_(position, position)] = old_sums.numerator
+            denominator[np.ix_(position, position)] = old_sums.denominator
+            inc_num, inc_den = increment_sums(
+                prepared.layout,
+                features,
+                queries,
+                sigma,
+                new_mask,
+                self.response_kernel,
+                self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
+            )
+            sums.append(
+                kernels.KernelSums(numerator + inc_num, denominator + inc_den, self_num, self_den)
+            )
+            reports.append(SumsReport(float(sigma), "exact", 0.0))
+        self.affinity_reports_ = reports
+        self.prepared_ = prepared
+        self.features_ = features
+        self.query_vectors_ = queries
+        self._finish(prepared, list(self.bandwidth_grid_), sums)
+        return self
+
+    def _engine(self, prepared, features, queries) -> AffinityEngine:
+        return AffinityEngine(
+            prepared.layout,
+            features,
+            queries,
+            self.response_kernel,
+            self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
+            method=self.affinity_method,
+            tol=self.affinity_tol,
+            block_bytes=self.block_bytes,
+            random_state=self.random_state,
+        )
+
+    def _finish(self, prepared: PreparedCache, grid, sums) -> None:
+        """From kernel sums per bandwidth to the chosen bandwidth's A, D and coordinates."""
+        fits = [self._embed(s) for s in sums]
         if len(grid) > 1:
             self.cv_errors_ = np.array(
                 [
@@ -371,7 +503,11 @@ class PerspectiveSpace(BaseEstimator):
             self.cv_errors_ = np.array([np.nan])
             best = 0
         affinity, distance, embedding, eigenvalues, n_undefined, fallback = fits[best]
+        self.bandwidth_grid_ = np.asarray(grid, dtype=float)
+        self.kernel_sums_ = list(sums)
         self.query_bandwidth_ = float(grid[best])
+        self.affinity_path_ = self.affinity_reports_[best].path
+        self.affinity_error_ = self.affinity_reports_[best].error
         self.models_ = prepared.models
         self.families_ = prepared.families
         self.tasks_ = prepared.tasks
@@ -384,7 +520,6 @@ class PerspectiveSpace(BaseEstimator):
         self.self_pair_fallback_ = fallback
         self.representation_ = prepared.representation
         self.cells_ = prepared.cells
-        return self
 
     def _response_features(self, prepared: PreparedCache) -> np.ndarray:
         features = prepared.response_vectors
@@ -416,16 +551,7 @@ class PerspectiveSpace(BaseEstimator):
             return [0.0] + [c * self.median_query_distance_ for c in self.bandwidth_grid]
         return [float(self.query_bandwidth)]
 
-    def _fit_one(self, prepared: PreparedCache, features, query_sq, sigma: float):
-        query_kernel = kernels.query_kernel_matrix(query_sq, sigma)
-        sums = kernels.kernel_sums(
-            prepared.layout,
-            features,
-            query_kernel,
-            self.response_kernel,
-            self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
-            block_bytes=self.block_bytes,
-        )
+    def _embed(self, sums: kernels.KernelSums):
         affinity, fallback = kernels.affinity_from_sums(sums, self.self_pairs)
         distance, n_undefined = kernels.distance_from_affinity(affinity)
         embedding, eigenvalues = classical_mds(distance, int(self.n_components))

@@ -78,7 +78,7 @@ def test_fast_paths_equal_oracle(cache, query_kernel, response_kernel, self_pair
             # where dropping self pairs leaves (next to) no mass, the diagonal keeps Eq. (1)
             # as written: the U-statistic is undefined there, or numerically meaningless
             counts = layout.responses_per_model
-            tiny = np.diag(mass) <= 1e-9 * (np.diag(mass) + counts)
+            tiny = np.diag(mass) <= kernels.SELF_PAIR_MIN_MASS * (np.diag(mass) + counts)
             expected_fallback = tiny if self_pairs == "exclude" else np.zeros_like(tiny)
             assert np.array_equal(fallback, expected_fallback)
             defined = ~np.isnan(expected)

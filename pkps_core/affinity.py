@@ -1,0 +1,318 @@
+"""Choosing how to compute the kernel sums of Eq. (1), and updating them incrementally.
+
+:class:`AffinityEngine` owns one cache's responses and query vectors. Squared query
+distances are computed once and reused for every bandwidth. For each bandwidth it picks a
+path and reports it:
+
+``exact``
+    The dense factorised sum of :func:`pkps_core.kernels.kernel_sums` (O(M^2) kernel values
+    plus O(M N p) flops).
+``nystrom``
+    Wide bandwidths on caches with many unique queries: ``K_Q ≈ Φ Φ^T`` from ``rank``
+    landmark queries, with the diagonal kept exact; the sums cost O(r N p). Its error is
+    *measured*: D is recomputed exactly on a seeded sample of models and compared
+    (max |ΔD| / max D over the sample); the rank doubles until the error is within
+    ``tol``, else the exact path runs. Narrow bandwidths, where the kernel is far from low
+    rank, therefore run exactly.
+
+Response kernels other than linear/cosine always take the exact pairwise path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pkps_core import kernels
+
+EXACT_MAX_QUERIES = 4096  # above this many unique queries, wide bandwidths try Nyström
+DENSE_SQDIST_MAX_BYTES = 2 << 30
+VERIFY_MODELS = 8
+
+
+@dataclass(frozen=True)
+class SumsReport:
+    """How one bandwidth's sums were computed."""
+
+    bandwidth: float
+    path: str
+    error: float
+    rank: int | None = None
+
+
+def _rank_path_sums(layout, features, factor):
+    """Low-rank query kernel ``Φ Φ^T``: exact diagonal restored afterwards."""
+    n = layout.n_models
+    p = features.shape[1]
+    width = p + 1
+    augmented = np.hstack([features, np.ones((layout.n_responses, 1))])
+    rank = factor.shape[1]
+    projected = np.empty((n, rank, width))
+    bounds = layout.model_bounds
+    for model in range(n):
+        lo, hi = bounds[model], bounds[model + 1]
+        projected[model] = factor[layout.query_idx[lo:hi]].T @ augmented[lo:hi]
+    flat = projected[:, :, :p].reshape(n, rank * p)
+    numerator = flat @ flat.T
+    mass = projected[:, :, p]
+    denominator = mass @ mass.T
+    # The pair of a response with itself has kQ = 1 exactly; Φ Φ^T only approximates it.
+    diag_approx = np.einsum("ij,ij->i", factor, factor)[layout.query_idx]
+    correction = 1.0 - diag_approx
+    sq_norms = np.einsum("ij,ij->i", features, features)
+    idx = np.arange(n)
+    numerator[idx, idx] += np.bincount(layout.model_idx, correction * sq_norms, minlength=n)
+    denominator[idx, idx] += np.bincount(layout.model_idx, correction, minlength=n)
+    return numerator, denominator
+
+
+class AffinityEngine:
+    """Kernel sums of one cache for any bandwidth, by the cheapest adequate path.
+
+    Parameters
+    ----------
+    layout : ResponseLayout
+    features : ndarray (n_responses, p)
+        Response representations (after PCA / normalisation).
+    query_vectors : ndarray (n_queries, q) or None
+        Unique-query embeddings; None allows only the delta kernel.
+    response_kernel : {"linear", "cosine", "rbf"}
+    response_bandwidth : float
+    method : {"auto", "exact", "nystrom"}
+        ``"exact"`` forces the exact dense path for RBF query kernels.
+    tol : float
+        Largest accepted measured relative error of D for the Nyström path.
+    block_bytes : int
+    random_state : int or None
+    """
+
+    def __init__(
+        self,
+        layout,
+        features,
+        query_vectors,
+        response_kernel="linear",
+        response_bandwidth=1.0,
+        *,
+        method="auto",
+        tol=1e-3,
+        block_bytes=kernels.DEFAULT_BLOCK_BYTES,
+        random_state=0,
+    ):
+        if method not in ("auto", "exact", "nystrom"):
+            raise ValueError(f"method must be 'auto', 'exact' or 'nystrom', got {method!r}")
+        self.layout = layout
+        self.features = np.ascontiguousarray(features, dtype=float)
+        if response_kernel == "cosine":
+            self.features = kernels.normalize_rows(self.features)
+            response_kernel = "linear"
+        self.query_vectors = query_vectors
+        self.response_kernel = response_kernel
+        self.response_bandwidth = response_bandwidth
+        self.method = method
+        self.tol = tol
+        self.block_bytes = block_bytes
+        self.random_state = random_state
+        self._sqdist = None
+        self.reports: list[SumsReport] = []
+
+    @property
+    def query_sqdist(self) -> np.ndarray:
+        """Squared distances between unique queries, computed once."""
+        if self._sqdist is None:
+            self._sqdist = kernels.squared_distances(self.query_vectors)
+        return self._sqdist
+
+    def _exact(self, bandwidth: float) -> kernels.KernelSums:
+        query_kernel = None
+        if bandwidth > 0:
+            query_kernel = kernels.rbf_from_squared(self.query_sqdist, bandwidth)
+        return kernels.kernel_sums(
+            self.layout,
+            self.features,
+            query_kernel,
+            self.response_kernel,
+            self.response_bandwidth,
+            block_bytes=self.block_bytes,
+        )
+
+    def _self_sums(self):
+        if self.response_kernel == "rbf":
+            self_kernel = np.ones(self.layout.n_responses)
+        else:
+            self_kernel = np.einsum("ij,ij->i", self.features, self.features)
+        return (
+            np.bincount(self.layout.model_idx, self_kernel, minlength=self.layout.n_models),
+            self.layout.responses_per_model.astype(float),
+        )
+
+    def _wrap(self, numerator, denominator) -> kernels.KernelSums:
+        self_num, self_den = self._self_sums()
+        numerator = 0.5 * (numerator + numerator.T)
+        denominator = 0.5 * (denominator + denominator.T)
+        return kernels.KernelSums(numerator, denominator, self_num, self_den)
+
+    def _nystrom_factor(self, bandwidth: float, rank: int) -> np.ndarray:
+        rng = np.random.default_rng(self.random_state)
+        n_q = self.layout.n_queries
+        landmarks = np.sort(rng.choice(n_q, size=min(rank, n_q), replace=False))
+        cross = kernels.rbf_from_squared(
+            kernels.squared_distances(self.query_vectors, self.query_vectors[landmarks]),
+            bandwidth,
+        )
+        values, vectors = np.linalg.eigh(cross[landmarks])
+        keep = values > 1e-10 * values.max()
+        return cross @ (vectors[:, keep] / np.sqrt(values[keep]))
+
+    def _verify(self, bandwidth: float, sums: kernels.KernelSums, self_pairs: str) -> float:
+        """Max relative error of D on a seeded sample of models, against the exact sums."""
+        rng = np.random.default_rng(self.random_state)
+        n = self.layout.n_models
+        sample = np.sort(rng.choice(n, size=min(VERIFY_MODELS, n), replace=False))
+        exact = sample_exact_sums(self.layout, self.features, self.query_vectors, bandwidth, sample)
+        approx = kernels.KernelSums(
+            sums.numerator[np.ix_(sample, sample)],
+            sums.denominator[np.ix_(sample, sample)],
+            sums.self_numerator[sample],
+            sums.self_denominator[sample],
+        )
+        d_exact = kernels.distance_from_affinity(kernels.affinity_from_sums(exact, self_pairs)[0])[
+            0
+        ]
+        d_approx = kernels.distance_from_affinity(
+            kernels.affinity_from_sums(approx, self_pairs)[0]
+        )[0]
+        scale = np.abs(d_exact[np.triu_indices(len(sample), 1)]).max()
+        if scale == 0:
+            return 0.0
+        return float(np.abs(d_approx - d_exact).max() / scale)
+
+    def sums(self, bandwidth: float, self_pairs: str = "include") -> kernels.KernelSums:
+        """Kernel sums at one query bandwidth (0: delta kernel); appends a report."""
+        bandwidth = float(bandwidth)
+        if bandwidth <= 0 or self.response_kernel != "linear" or self.method == "exact":
+            self.reports.append(SumsReport(bandwidth, "exact", 0.0))
+            return self._exact(bandwidth)
+        n_q = self.layout.n_queries
+        sq_fits = n_q * n_q * 8 <= DENSE_SQDIST_MAX_BYTES
+        if self.method == "nystrom" or n_q > EXACT_MAX_QUERIES or not sq_fits:
+            rank = 256
+            while rank < n_q:
+                factor = self._nystrom_factor(bandwidth, rank)
+                result = self._wrap(*_rank_path_sums(self.layout, self.features, factor))
+                error = self._verify(bandwidth, result, self_pairs)
+                if error <= self.tol or not sq_fits:
+                    self.reports.append(SumsReport(bandwidth, "nystrom", error, factor.shape[1]))
+                    return result
+                rank *= 2
+        self.reports.append(SumsReport(bandwidth, "exact", 0.0))
+        return self._exact(bandwidth)
+
+
+def sample_exact_sums(layout, features, query_vectors, bandwidth, models) -> kernels.KernelSums:
+    """Exact kernel sums (linear response kernel) restricted to ``models``, pair by pair."""
+    models = np.asarray(models)
+    k = len(models)
+    numerator = np.zeros((k, k))
+    denominator = np.zeros((k, k))
+    bounds = layout.model_bounds
+    rows = [np.arange(bounds[m], bounds[m + 1]) for m in models]
+    for a in range(k):
+        for b in range(a, k):
+            qa = query_vectors[layout.query_idx[rows[a]]]
+            qb = query_vectors[layout.query_idx[rows[b]]]
+            kq = kernels.rbf_from_squared(kernels.squared_distances(qa, qb), bandwidth)
+            gram = features[rows[a]] @ features[rows[b]].T
+            numerator[a, b] = numerator[b, a] = float((kq * gram).sum())
+            denominator[a, b] = denominator[b, a] = float(kq.sum())
+    sq_norms = np.einsum("ij,ij->i", features, features)
+    self_num = np.array([sq_norms[r].sum() for r in rows])
+    self_den = np.array([float(len(r)) for r in rows])
+    return kernels.KernelSums(numerator, denominator, self_num, self_den)
+
+
+def increment_sums(
+    layout,
+    features,
+    query_vectors,
+    bandwidth,
+    new_mask,
+    response_kernel="linear",
+    response_bandwidth=1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The change of the kernel sums when the responses in ``new_mask`` are added.
+
+    With ``C[i, j]`` the sum over pairs (any response of model i, a *new* response of
+    model j) and ``DD`` the same over new × new pairs, the sums over all pairs are
+    ``old + C + C^T - DD``. Only the columns of models with new responses are non-zero in
+    C, so the cost is proportional to the number of new responses.
+
+    Returns
+    -------
+    numerator_increment, denominator_increment : ndarray (n_models, n_models)
+    """
+    n = layout.n_models
+    features = np.ascontiguousarray(features, dtype=float)
+    if response_kernel == "cosine":
+        features = kernels.normalize_rows(features)
+        response_kernel = "linear"
+    new_rows = np.flatnonzero(new_mask)
+    cross_num = np.zeros((n, n))
+    cross_den = np.zeros((n, n))
+    both_num = np.zeros((n, n))
+    both_den = np.zeros((n, n))
+    if new_rows.size == 0:
+        return cross_num, cross_den
+    query_idx, model_idx = layout.query_idx, layout.model_idx
+    if response_kernel == "linear":
+        p = features.shape[1]
+        augmented = np.hstack([features, np.ones((layout.n_responses, 1))])
+        for model in np.unique(model_idx[new_rows]):
+            rows = new_rows[model_idx[new_rows] == model]
+            if bandwidth > 0:
+                columns = kernels.rbf_from_squared(
+                    kernels.squared_distances(query_vectors, query_vectors[query_idx[rows]]),
+                    bandwidth,
+                )
+                transfer = columns @ augmented[rows]
+            else:
+                transfer = np.zeros((layout.n_queries, p + 1))
+                np.add.at(transfer, query_idx[rows], augmented[rows])
+            gathered = transfer[query_idx]
+            values_num = np.einsum("rc,rc->r", features, gathered[:, :p])
+            values_den = gathered[:, p]
+            cross_num[:, model] = np.bincount(model_idx, values_num, minlength=n)
+            cross_den[:, model] = np.bincount(model_idx, values_den, minlength=n)
+            both_num[:, model] = np.bincount(model_idx[new_rows], values_num[new_rows], minlength=n)
+            both_den[:, model] = np.bincount(model_idx[new_rows], values_den[new_rows], minlength=n)
+    else:
+        sq_norms = np.einsum("ij,ij->i", features, features)
+        col_starts = layout.model_bounds[:-1]
+        is_new = np.zeros(layout.n_responses, dtype=bool)
+        is_new[new_rows] = True
+        for start in range(0, new_rows.size, 512):
+            rows = new_rows[start : start + 512]
+            if bandwidth > 0:
+                kq = kernels.rbf_from_squared(
+                    kernels.squared_distances(
+                        query_vectors[query_idx[rows]], query_vectors[query_idx]
+                    ),
+                    bandwidth,
+                )
+            else:
+                kq = (query_idx[rows, None] == query_idx[None, :]).astype(float)
+            sq = sq_norms[rows, None] + sq_norms[None, :] - 2.0 * features[rows] @ features.T
+            kr = np.exp(-np.maximum(sq, 0.0) / (2.0 * response_bandwidth**2))
+            owner = np.zeros((rows.size, n))
+            owner[np.arange(rows.size), model_idx[rows]] = 1.0
+            product, mass = kq * kr, kq
+            cross_num += (owner.T @ np.add.reduceat(product, col_starts, axis=1)).T
+            cross_den += (owner.T @ np.add.reduceat(mass, col_starts, axis=1)).T
+            product_new = np.where(is_new[None, :], product, 0.0)
+            mass_new = np.where(is_new[None, :], mass, 0.0)
+            both_num += (owner.T @ np.add.reduceat(product_new, col_starts, axis=1)).T
+            both_den += (owner.T @ np.add.reduceat(mass_new, col_starts, axis=1)).T
+    numerator = cross_num + cross_num.T - both_num
+    denominator = cross_den + cross_den.T - both_den
+    return numerator, denominator
