@@ -179,6 +179,15 @@ def _arrow_table(
     return to_table()
 
 
+def _first_row(
+    cur: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] = ()
+) -> tuple | None:
+    # fetchall, not fetchone: duckdb 2 refuses further statements on a cursor whose
+    # result was not read to the end.
+    rows = cur.execute(sql, list(params)).fetchall()
+    return rows[0] if rows else None
+
+
 class Store:
     """A DuckDB file holding responses, their embeddings and a change counter.
 
@@ -231,7 +240,7 @@ class Store:
     def version(self) -> int:
         """Counter bumped by every change to the stored responses."""
         with self._cursor() as cur:
-            return int(cur.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()[0])
+            return int(_first_row(cur, "SELECT value FROM meta WHERE key = 'version'")[0])
 
     # ------------------------------------------------------------------ ingest
 
@@ -304,9 +313,9 @@ class Store:
             if column not in frame.columns:
                 continue
             new_length = int(frame[column].iloc[0].size)
-            row = cur.execute(
-                f"SELECT len({column}) FROM responses WHERE {column} IS NOT NULL LIMIT 1"
-            ).fetchone()
+            row = _first_row(
+                cur, f"SELECT len({column}) FROM responses WHERE {column} IS NOT NULL LIMIT 1"
+            )
             if row is not None and int(row[0]) != new_length:
                 raise RecordsError(
                     f"column '{column}' has {new_length} values per row but the store holds "
@@ -351,14 +360,15 @@ class Store:
                 WHERE s.status <> 'unchanged'
                 """
             )
-            conflict = cur.execute(
+            conflict = _first_row(
+                cur,
                 """
                 SELECT task, query_id, count(DISTINCT query) AS n
                 FROM responses WHERE query IS NOT NULL
                 GROUP BY task, query_id HAVING count(DISTINCT query) > 1
                 ORDER BY task, query_id LIMIT 1
-                """
-            ).fetchone()
+                """,
+            )
             if conflict is not None:
                 task, query_id, n_texts = conflict
                 raise RecordsError(
@@ -513,7 +523,7 @@ class Store:
         cur: duckdb.DuckDBPyConnection, key: str, kind: str, template: TextEmbedder
     ) -> TextEmbedder:
         embedder = clone(template, safe=False)
-        row = cur.execute("SELECT state FROM embedders WHERE embedder = ?", [key]).fetchone()
+        row = _first_row(cur, "SELECT state FROM embedders WHERE embedder = ?", [key])
         if row is not None:
             return embedder.set_state(bytes(row[0]))
         corpus = [
@@ -602,13 +612,14 @@ class Store:
     def summary(self) -> dict[str, int]:
         """Counts: models, tasks, families, responses, scored responses, queries, version."""
         with self._cursor() as cur:
-            row = cur.execute(
+            row = _first_row(
+                cur,
                 """
                 SELECT count(DISTINCT model), count(DISTINCT task), count(DISTINCT family),
                        count(*), count(score), count(DISTINCT (task, query_id))
                 FROM responses
-                """
-            ).fetchone()
+                """,
+            )
         keys = ("models", "tasks", "families", "responses", "scored", "queries")
         out = {k: int(v) for k, v in zip(keys, row, strict=True)}
         out["version"] = self.version
@@ -623,11 +634,12 @@ class Store:
         """sha256 over every stored response row (canonical columns, key order)."""
         columns = ", ".join(f"{c} := {c}" for c in _CONTENT_COLUMNS)
         with self._cursor() as cur:
-            digest = cur.execute(
+            digest = _first_row(
+                cur,
                 f"""
                 SELECT sha256(coalesce(string_agg(to_json(struct_pack({columns})), chr(10)
                                        ORDER BY model, task, query_id), ''))
                 FROM responses
-                """
-            ).fetchone()[0]
+                """,
+            )[0]
         return str(digest)
