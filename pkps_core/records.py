@@ -182,7 +182,11 @@ def validate_records(
         if column not in frame.columns:
             continue
         values = frame[column]
-        empty = values.isna() | (values.astype(str).str.strip() == "")
+        # An empty response is a real answer (it embeds to the zero vector); only the
+        # identifiers must be non-blank. Missing (None/NaN) is missing for every column.
+        empty = values.isna()
+        if column in REQUIRED_COLUMNS:
+            empty = empty | (values.astype(str).str.strip() == "")
         if column in REQUIRED_COLUMNS and empty.any():
             raise RecordsError(
                 f"column '{column}' is empty at {_rows(empty.to_numpy())}; every row needs a "

@@ -186,12 +186,7 @@ def test_alpaca_eval_one_model_matches_parquet():
 def test_alpaca_eval_results_match_parquet_exactly():
     folder = need(ALPACA / "upstream_format" / "results")
     assert detect_format(folder) == "alpaca_eval"
-    try:
-        result = load(folder)
-    except RecordsError as exc:
-        if "column 'response' is empty" not in str(exc):
-            raise
-        pytest.xfail("records.validate_records rejects gemma-2b-it's 22 empty outputs")
+    result = load(folder)
     _assert_alpaca_matches(result.records, _alpaca_expected(["vicuna-13b", "gemma-2b-it"]))
 
 

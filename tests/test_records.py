@@ -166,3 +166,13 @@ def test_read_records_errors(tmp_path):
         read_records(str(tmp_path / "nope.csv"))
     with pytest.raises(RecordsError, match="unknown file type"):
         read_records(str(latin.rename(tmp_path / "x.xlsx")))
+
+
+def test_empty_response_text_is_a_real_answer():
+    frame = good()
+    frame.loc[1, "response"] = ""
+    out = validate_records(frame)
+    assert out.loc[1, "response"] == ""
+    frame.loc[2, "model"] = "  "
+    with pytest.raises(RecordsError, match="'model' is empty at row 3"):
+        validate_records(frame)
