@@ -30,6 +30,9 @@ DEFAULT_BLOCK_BYTES = 1 << 27  # 128 MiB per working block
 # below this fraction of the total, the difference has lost too many digits to use
 # (1e-6 leaves ~10 significant digits) and A_ii keeps the self pairs.
 SELF_PAIR_MIN_MASS = 1e-6
+# Above this fraction of answered (query, model) slots, K_Q @ Y as one product is cheaper
+# than gathering each model's kernel columns.
+DENSE_TRANSFER_DENSITY = 0.5
 
 
 @dataclass(frozen=True)
@@ -170,12 +173,25 @@ def _factorized_sums(
     for start, stop in _model_blocks(n, per_model, block_bytes):
         k = stop - start
         transfer = np.zeros((n_q, k, width))
-        for j, model in enumerate(range(start, stop)):
-            lo, hi = bounds[model], bounds[model + 1]
-            if query_kernel is None:
-                transfer[query_idx[lo:hi], j] = augmented[lo:hi]
-            else:
-                transfer[:, j] = query_kernel[:, query_idx[lo:hi]] @ augmented[lo:hi]
+        block_rows = slice(bounds[start], bounds[stop])
+        block_density = (bounds[stop] - bounds[start]) / (n_q * k)
+        if query_kernel is not None and block_density >= DENSE_TRANSFER_DENSITY:
+            # mostly paired: one K_Q @ Y product beats a gather per model
+            block_presence = np.zeros((n_q, k, width))
+            block_presence[query_idx[block_rows], layout.model_idx[block_rows] - start] = augmented[
+                block_rows
+            ]
+            transfer = (query_kernel @ block_presence.reshape(n_q, k * width)).reshape(
+                n_q, k, width
+            )
+        else:
+            for j, model in enumerate(range(start, stop)):
+                lo, hi = bounds[model], bounds[model + 1]
+                if query_kernel is None:
+                    transfer[query_idx[lo:hi], j] = augmented[lo:hi]
+                else:
+                    # K_Q is symmetric: gathering rows (contiguous) beats gathering columns
+                    transfer[:, j] = query_kernel[query_idx[lo:hi]].T @ augmented[lo:hi]
         if dense_contraction:
             right_num = transfer[:, :, :p].transpose(0, 2, 1).reshape(n_q * p, k)
             numerator[:, start:stop] = left_num @ right_num
