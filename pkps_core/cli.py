@@ -82,10 +82,75 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from pkps_core.importers import load
+    from pkps_core.store import Store
+
+    with Store(args.db) as store:
+        for source in args.paths:
+            started = time.perf_counter()
+            result = load(source, format=args.format)
+            for line in [*result.warnings, *result.skipped]:
+                print(f"  note: {line}")
+            report = store.ingest(result.records, source=str(source))
+            elapsed = time.perf_counter() - started
+            print(
+                f"{source}: {report.added} added, {report.replaced} replaced, "
+                f"{report.unchanged} unchanged ({elapsed:.1f} s)"
+            )
+            if report.replaced:
+                print(f"  {report.replaced} row(s) changed an existing (model, task, query_id)")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from pkps_core.store import Store
+
+    if not Path(args.db).exists():
+        raise RecordsError(f"no store at {args.db}; create one with `ingest FILE --db {args.db}`")
+    with Store(args.db) as store:
+        summary = store.summary()
+        print(
+            f"{summary['models']} models, {summary['tasks']} tasks, "
+            f"{summary['responses']} responses, {summary['families']} families"
+        )
+        coverage = store.coverage()
+        if len(coverage):
+            grid = summary["models"] * summary["tasks"]
+            print(
+                f"coverage: {len(coverage)} of {grid} (model, task) cells observed "
+                f"({len(coverage) / max(grid, 1):.0%}); responses per observed cell: "
+                f"median {coverage.n_responses.median():.0f}, "
+                f"min {coverage.n_responses.min()}, max {coverage.n_responses.max()}"
+            )
+        pairs = store.pairedness()
+        if len(pairs):
+            rho = pairs.loc[pairs.model_a != pairs.model_b, "rho"]
+            print(
+                f"pairedness (pooled over tasks): mean rho {rho.mean():.3f}, "
+                f"median {rho.median():.3f}, share of model pairs with no shared query "
+                f"{(rho == 0).mean():.0%}"
+            )
+    return 0
+
+
+def _input_records(args: argparse.Namespace) -> pd.DataFrame:
+    if bool(args.input) == bool(args.db):
+        raise RecordsError("give exactly one of --input FILE or --db PATH")
+    if args.input:
+        return read_records(args.input)
+    from pkps_core.store import Store
+
+    if not Path(args.db).exists():
+        raise RecordsError(f"no store at {args.db}; create one with `ingest FILE --db {args.db}`")
+    with Store(args.db) as store:
+        return store.records()
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from pkps_core.predict import mean_absolute_error, predict
 
-    records = read_records(args.input)
+    records = _input_records(args)
     space_params = {
         "query_bandwidth": args.bandwidth,
         "response_kernel": args.response_kernel,
@@ -133,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.set_defaults(run=cmd_synth)
 
     pred = sub.add_parser("predict", help="predict every (model, task) cell")
-    pred.add_argument("--input", required=True, help="canonical .csv or .parquet")
+    pred.add_argument("--input", help="canonical .csv or .parquet")
+    pred.add_argument("--db", help="a store made by `ingest` (instead of --input)")
     pred.add_argument("--out", required=True, help="output .csv or .parquet")
     pred.add_argument(
         "--methods", type=_csv_list, default=["sample", "dkps", "pkps"], help="comma-separated"
@@ -147,6 +213,20 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
     pred.add_argument("--seed", type=int, default=0)
     pred.set_defaults(run=cmd_predict)
+
+    ingest = sub.add_parser("ingest", help="import files/folders into a DuckDB store")
+    ingest.add_argument("paths", nargs="+", help="files or folders (any supported format)")
+    ingest.add_argument("--db", required=True, help="store file (created if absent)")
+    ingest.add_argument(
+        "--format",
+        choices=["canonical", "eee", "lm_eval", "helm", "inspect", "alpaca_eval"],
+        help="skip format detection",
+    )
+    ingest.set_defaults(run=cmd_ingest)
+
+    info = sub.add_parser("info", help="counts, coverage and pairedness of a store")
+    info.add_argument("--db", required=True)
+    info.set_defaults(run=cmd_info)
     return parser
 
 

@@ -138,3 +138,25 @@ def test_unknown_method_and_target(synth_csv, tmp_path):
         "nobody",
     )
     _one_line_error(done, "unknown target model", "nobody")
+
+
+def test_ingest_info_and_predict_from_store(synth_csv, tmp_path):
+    db = tmp_path / "s.duckdb"
+    done = run("ingest", str(synth_csv), "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    assert "2880 added, 0 replaced, 0 unchanged" in done.stdout
+    again = run("ingest", str(synth_csv), "--db", str(db))
+    assert "0 added, 0 replaced, 2880 unchanged" in again.stdout
+    info = run("info", "--db", str(db))
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.startswith("60 models, 12 tasks, 2880 responses, 20 families")
+    assert "mean rho 0.000" in info.stdout  # the synthetic default is unpaired
+    out = tmp_path / "p.csv"
+    done = run("predict", "--db", str(db), "--out", str(out), "--methods", "sample,pkps")
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_csv(out)) == 60 * 12 * 2
+
+
+def test_store_errors_are_one_line(tmp_path):
+    _one_line_error(run("info", "--db", str(tmp_path / "none.duckdb")), "no store at")
+    _one_line_error(run("predict", "--out", str(tmp_path / "x.csv")), "exactly one of --input")
