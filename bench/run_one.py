@@ -66,9 +66,11 @@ def main() -> None:
     estimated = max(r.error for r in space.affinity_reports_)
 
     update_seconds, _ = _median_time(
-        lambda: PerspectiveSpace(query_bandwidth="cv", bandwidth_scale=scale)
-        .fit(None, prepared=prepared)
-        .update(added),
+        lambda: (
+            PerspectiveSpace(query_bandwidth="cv", bandwidth_scale=scale)
+            .fit(None, prepared=prepared)
+            .update(added)
+        ),
         1,
     )
     fit_only, _ = _median_time(
@@ -108,8 +110,9 @@ def main() -> None:
         if prepared.layout.n_responses <= 30_000:
             # the straightforward O(N^2) pairwise sum, itself checked against the oracle
             worst = 0.0
+            query_sq = kernels.squared_distances(exact.query_vectors_)
             for sigma, fast in zip(exact.bandwidth_grid_, exact.kernel_sums_, strict=True):
-                qk = kernels.query_kernel_matrix(kernels.squared_distances(exact.query_vectors_), sigma)
+                qk = kernels.query_kernel_matrix(query_sq, sigma)
                 slow = kernels.kernel_sums(
                     prepared.layout, exact.features_, qk, "linear", method="pairwise"
                 )
