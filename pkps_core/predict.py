@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from pkps_core.baselines import BASELINE_METHODS, whitened_knn_completion
 from pkps_core.knn import _cell_matrix, knn_grid_predictions
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import PerspectiveSpace, PreparedCache, prepare_cache
@@ -127,7 +128,13 @@ def _sample(context: PredictionContext) -> MethodResult:
 
 def _space_method(name: str) -> Callable[[PredictionContext], MethodResult]:
     def run(context: PredictionContext) -> MethodResult:
-        prediction = context.knn(getattr(context, name))
+        space = getattr(context, name)
+        prediction = context.knn(space)
+        # Cells with no responses: KNN on whitened residuals (PKPS appendix "Regressor").
+        missing = context.n_responses == 0
+        if missing.any():
+            completed = whitened_knn_completion(context, space.embedding_)
+            prediction = np.where(missing, completed, prediction)
         notes = np.where(np.isnan(prediction), "no reference model for this task", "")
         return MethodResult(prediction, notes)
 
@@ -140,6 +147,7 @@ METHODS: dict[str, Callable[[PredictionContext], MethodResult]] = {
     "dkps": _space_method("dkps"),
     "pkps": _space_method("pkps"),
 }
+METHODS.update(BASELINE_METHODS)
 
 
 def build_context(

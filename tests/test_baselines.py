@@ -1,0 +1,194 @@
+"""Baselines against planted truth, the second paper's findings, and the holdout rules."""
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from pkps_core.baselines import (
+    ALPHA_GRID,
+    aipw_estimate,
+    aipw_predict,
+    best_alpha,
+    largest_full_block,
+    lrmc_complete,
+    lrmc_predictions,
+    rasch_fit,
+)
+from pkps_core.itemsim import estimation_gap_study, make_2pl, make_item_cache
+from pkps_core.predict import METHODS, build_context, predict
+
+ALL_METHODS = ["sample", "irt", "lrmc", "rs-learn", "aipw", "dkps", "pkps", "ensemble"]
+SPACE = {"response_kernel": "rbf"}
+
+
+def test_lrmc_recovers_planted_rank2_plus_bias():
+    rng = np.random.default_rng(0)
+    n_models, n_tasks = 60, 20
+    logits = (
+        0.3
+        + rng.normal(0, 1, n_models)[:, None]
+        + rng.normal(0, 1, n_tasks)[None, :]
+        + 0.7 * rng.normal(0, 1, (n_models, 2)) @ rng.normal(0, 1, (2, n_tasks))
+    )
+    truth = expit(logits)
+    hidden = rng.random(truth.shape) < 0.3
+    completed = lrmc_complete(np.where(hidden, np.nan, truth))
+    column_mean = np.broadcast_to(np.nanmean(np.where(hidden, np.nan, truth), axis=0), truth.shape)
+    lrmc_error = np.abs(completed - truth)[hidden].mean()
+    mean_error = np.abs(column_mean - truth)[hidden].mean()
+    assert lrmc_error < 0.04
+    assert lrmc_error < 0.25 * mean_error
+
+
+def test_irt_recovers_planted_difficulties():
+    rng = np.random.default_rng(1)
+    abilities = rng.normal(0, 1.5, 200)
+    difficulties = rng.normal(0, 1, 100)
+    responses = rng.random((200, 100)) < expit(abilities[:, None] - difficulties[None, :])
+    estimated, _ = rasch_fit(responses.astype(float))
+    assert np.corrcoef(estimated, difficulties)[0, 1] > 0.95
+
+
+def test_largest_full_block_finds_the_paired_block():
+    answered = np.zeros((12, 30), dtype=bool)
+    answered[:8, 5:20] = True  # a paired 8 × 15 block
+    answered[8:, :3] = True  # stragglers on other items
+    rows, cols = largest_full_block(answered)
+    np.testing.assert_array_equal(rows, np.arange(8))
+    np.testing.assert_array_equal(cols, np.arange(5, 20))
+
+
+def test_aipw_with_a_constant_predictor_is_the_sample_mean():
+    rng = np.random.default_rng(2)
+    observed = (rng.random(50) < 0.4).astype(float)
+    for constant in (0.5, 0.1, 1 / 3):
+        estimate = aipw_estimate(observed, np.full(50, constant), np.full(450, constant))
+        assert estimate == observed.mean()
+    # A ridge on uninformative (constant) features predicts a constant, too.
+    sources = np.ones((10, 500))
+    core = rng.choice(500, 50, replace=False)
+    assert aipw_predict(sources, observed, core) == observed.mean()
+
+
+def test_aipw_is_unbiased_and_beats_the_sample_mean_with_an_informative_predictor():
+    bank = make_2pl(n_models=80, n_items=500, random_state=3)
+    target = int(np.argsort(bank.scores.mean(axis=1))[40])  # a mid-ranked model
+    sources = np.delete(bank.scores, target, axis=0)
+    truth = bank.scores[target].mean()
+    aipw_errors, sample_errors = [], []
+    for seed in range(200):
+        core = np.random.default_rng(seed).choice(500, size=50, replace=False)
+        aipw_errors.append(aipw_predict(sources, bank.scores[target, core], core) - truth)
+        sample_errors.append(bank.scores[target, core].mean() - truth)
+    aipw_errors = np.asarray(aipw_errors)
+    standard_error = aipw_errors.std(ddof=1) / np.sqrt(len(aipw_errors))
+    assert abs(aipw_errors.mean()) < 2 * standard_error
+    assert aipw_errors.var() < np.var(sample_errors)
+
+
+def test_second_paper_findings_on_2pl():
+    bank = make_2pl(n_models=80, n_items=500, random_state=0)
+    gaps = estimation_gap_study(bank.scores, seeds=range(20), n_core=50)
+    mean = gaps.groupby(["split", "method"])["gap"].mean()
+    assert mean["interpolation", "rs-learn"] < mean["interpolation", "random-sampling"]
+    assert mean["extrapolation", "rs-learn"] > mean["extrapolation", "random-sampling"]
+    assert mean["extrapolation", "aipw"] <= mean["extrapolation", "random-sampling"]
+
+
+def test_best_alpha_prefers_the_accurate_component():
+    rng = np.random.default_rng(4)
+    truth = rng.random(400)
+    accurate = truth + rng.normal(0, 0.01, 400)
+    noisy = truth + rng.normal(0, 0.3, 400)
+    assert best_alpha(accurate, noisy, truth) >= 0.9
+    assert best_alpha(noisy, accurate, truth) <= 0.1
+    assert best_alpha(accurate, noisy, truth) in ALPHA_GRID
+
+
+@pytest.fixture(scope="module")
+def item_cache():
+    return make_item_cache(random_state=0)
+
+
+@pytest.fixture(scope="module")
+def item_predictions(item_cache):
+    context = build_context(item_cache.records, holdout="family", space_params=SPACE)
+    frame = predict(context, ALL_METHODS)
+    return frame.merge(item_cache.truth[["model", "task", "true_score"]], on=["model", "task"])
+
+
+def test_all_methods_run_end_to_end(item_predictions):
+    frame = item_predictions
+    assert set(frame["method"]) == set(ALL_METHODS)
+    unexplained = frame["prediction"].isna() & (frame["note"] == "")
+    assert not unexplained.any()
+    applied = frame.dropna(subset=["prediction"]).groupby("method").size()
+    assert set(applied.index) == set(ALL_METHODS)  # every method applies somewhere here
+    missing = frame[frame["n_responses"] == 0]
+    assert len(missing) and missing.set_index("method").loc["ensemble", "prediction"].notna().all()
+    error = (frame["prediction"] - frame["true_score"]).abs()
+    observed_mae = error[frame["n_responses"] > 0].groupby(frame["method"]).mean()
+    assert observed_mae["ensemble"] <= min(observed_mae["sample"], observed_mae["pkps"]) + 0.005
+    for method in ("irt", "aipw", "rs-learn", "lrmc", "pkps", "sample"):
+        assert observed_mae[method] < 0.2
+
+
+def test_irt_says_not_applicable_on_non_binary_scores(item_cache):
+    records = item_cache.records.copy()
+    records["score"] = 0.25 + 0.5 * records["score"]
+    context = build_context(records, holdout="family")
+    result = METHODS["irt"](context)
+    scored = context.n_responses > 0
+    assert np.isnan(result.prediction).all()
+    assert set(result.notes[scored]) == {"irt: not applicable — task scores are not binary"}
+
+
+def test_lrmc_cross_fit_never_sees_the_cells_own_value(item_cache):
+    records = item_cache.records
+    model, task = records[["model", "task"]].iloc[0]
+    cell = (records["model"] == model) & (records["task"] == task)
+    flipped = records.copy()
+    flipped.loc[cell, "score"] = 1.0 - flipped.loc[cell, "score"]
+    before = build_context(records, holdout="family")
+    after = build_context(flipped, holdout="family")
+    i, t = list(before.models).index(model), list(before.tasks).index(task)
+    assert before.sample[i, t] != after.sample[i, t]
+    first, second = lrmc_predictions(before)[0], lrmc_predictions(after)[0]
+    assert first[i, t] == pytest.approx(second[i, t], abs=1e-12)
+    assert not np.allclose(first[i], second[i])  # the other cells of the row do see it
+
+
+def test_perturbing_a_familys_references_leaves_its_predictions_unchanged(
+    item_cache, item_predictions
+):
+    records = item_cache.records
+    truth = item_cache.truth
+    family = truth.loc[~truth["observed"], "family"].iloc[0]  # a family with missing cells
+    rng = np.random.default_rng(5)
+    cells = records.loc[records["family"] == family, ["model", "task"]].drop_duplicates()
+    cells = cells.assign(offset=rng.uniform(-0.3, 0.3, len(cells)))
+    perturbed = records.merge(cells, on=["model", "task"], how="left")
+    perturbed["reference_score"] = (
+        perturbed["reference_score"] + perturbed["offset"].fillna(0.0)
+    ).clip(0, 1)
+    perturbed = perturbed.drop(columns="offset")
+    context = build_context(perturbed, holdout="family", space_params=SPACE)
+    changed = predict(context, ALL_METHODS)
+    merged = item_predictions.merge(
+        changed, on=["model", "task", "method"], suffixes=("", "_perturbed")
+    )
+    own = merged["model"].str.startswith(family + "/")
+    for method in ALL_METHODS:
+        rows = merged[own & (merged["method"] == method)]
+        np.testing.assert_allclose(
+            rows["prediction"], rows["prediction_perturbed"], rtol=0, atol=1e-12, err_msg=method
+        )
+    # The perturbation is visible to the other families, so the check has teeth.
+    others = merged[~own & merged["method"].isin(["pkps", "lrmc", "rs-learn", "ensemble"])]
+    moved = (
+        (others["prediction"] - others["prediction_perturbed"])
+        .abs()
+        .groupby(others["method"])
+        .max()
+    )
+    assert (moved > 1e-6).all()
