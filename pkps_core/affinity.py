@@ -29,6 +29,7 @@ from pkps_core import kernels
 EXACT_MAX_QUERIES = 4096  # above this many unique queries, wide bandwidths try Nyström
 DENSE_SQDIST_MAX_BYTES = 2 << 30
 VERIFY_MODELS = 8
+RANK_PROBE_QUERIES = 600
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,23 @@ class AffinityEngine:
         keep = values > 1e-10 * values.max()
         return cross @ (vectors[:, keep] / np.sqrt(values[keep]))
 
+    def _rank_estimate(self, bandwidth: float) -> int | None:
+        """Rank that keeps all but 1e-6 of the trace of K_Q on a seeded query subsample.
+
+        None when the subsample is not low rank (more than half its size is needed): a
+        Nyström factor would then need nearly every query, and the exact path is cheaper.
+        """
+        rng = np.random.default_rng(self.random_state)
+        n_q = self.layout.n_queries
+        sample = rng.choice(n_q, size=min(n_q, RANK_PROBE_QUERIES), replace=False)
+        sub = self.query_vectors[sample]
+        values = np.linalg.eigvalsh(
+            kernels.rbf_from_squared(kernels.squared_distances(sub), bandwidth)
+        )[::-1]
+        tail = 1.0 - np.cumsum(values) / values.sum()
+        needed = int(np.searchsorted(-tail, -1e-6)) + 1
+        return needed if needed <= len(sample) // 2 else None
+
     def _verify(self, bandwidth: float, sums: kernels.KernelSums, self_pairs: str) -> float:
         """Max relative error of D on a seeded sample of models, against the exact sums."""
         rng = np.random.default_rng(self.random_state)
@@ -196,9 +214,13 @@ class AffinityEngine:
             return self._exact(bandwidth)
         n_q = self.layout.n_queries
         sq_fits = n_q * n_q * 8 <= DENSE_SQDIST_MAX_BYTES
-        if self.method == "nystrom" or n_q > EXACT_MAX_QUERIES or not sq_fits:
-            rank = 256
-            while rank < n_q:
+        wants_nystrom = self.method == "nystrom" or n_q > EXACT_MAX_QUERIES or not sq_fits
+        low_rank = self._rank_estimate(bandwidth) if wants_nystrom else None
+        if wants_nystrom and (low_rank is not None or self.method == "nystrom" or not sq_fits):
+            rank = max(128, 2 * (low_rank or 128))
+            attempts = 0
+            while rank < n_q and attempts < 3:
+                attempts += 1
                 factor = self._nystrom_factor(bandwidth, rank)
                 result = self._wrap(*_rank_path_sums(self.layout, self.features, factor))
                 error = self._verify(bandwidth, result, self_pairs)
