@@ -1,16 +1,368 @@
-"""AppTest: the app starts and its pages render without exceptions."""
+"""AppTest: every page renders, uploads validate and store, controls re-render, exports.
 
+Each test points the app at its own temporary store through ``PKPS_STORE`` (the demo
+store is built into a temporary file where a test needs it), so the tests never touch
+``data/demo.duckdb`` and their caches (keyed by store path and version) never collide.
+"""
+
+import base64
+import io
+import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1 import app_test as app_test_module
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+from pages import shared
+from pkps_core.demo import DEMO_SETTINGS, ensure_demo_store
+from pkps_core.predict import OUTPUT_COLUMNS
+from pkps_core.store import Store
+from pkps_core.synthetic import make_synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
+TIMEOUT = 300
 
 
-def test_overview_renders_mae_table():
-    at = AppTest.from_file(APP, default_timeout=120).run()
-    assert not at.exception
+def _app() -> AppTest:
+    return AppTest.from_file(APP, default_timeout=TIMEOUT)
+
+
+def _charts(at: AppTest) -> dict[str, str]:
+    """Plotly charts on the page by key, as their figure JSON."""
+    return {c.key: c.proto.spec for c in at.get("plotly_chart")}
+
+
+def _figure(at: AppTest, key: str) -> dict:
+    return json.loads(_charts(at)[key])
+
+
+def _array(value) -> np.ndarray:
+    """A figure array, decoding Plotly's base64 typed arrays."""
+    if isinstance(value, dict) and "bdata" in value:
+        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
+    return np.asarray(value, dtype=object)
+
+
+def _models_in_scatter(at: AppTest, key: str) -> set[str]:
+    return {point[0] for trace in _figure(at, key)["data"] for point in trace["customdata"]}
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.message for e in at.exception]
+
+
+def _store_state(path: Path) -> tuple[str, int, int]:
+    with Store(path) as store:
+        return store.content_hash(), store.version, store.summary()["models"]
+
+
+@pytest.fixture
+def demo_store(tmp_path, monkeypatch) -> Path:
+    path = ensure_demo_store(tmp_path / "demo.duckdb")
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    return path
+
+
+@pytest.fixture
+def empty_store(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "empty.duckdb"
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    return path
+
+
+def _small_cache() -> pd.DataFrame:
+    """Six models in two families, two tasks, partly overlapping queries, with text."""
+    rows = []
+    topics = ["rivers", "planets", "poems", "prime numbers", "bread", "violins"]
+    for m in range(6):
+        family = "alpha" if m < 3 else "beta"
+        for t, task in enumerate(["geo", "math"]):
+            for q in range(3):
+                qid = str((m + q) % 5)
+                correct = (m + q + t) % 3 != 0
+                rows.append(
+                    {
+                        "model": f"{family}/new-{m}",
+                        "task": task,
+                        "query_id": qid,
+                        "query": f"Question {qid} of {task} about {topics[int(qid)]}",
+                        "response": f"{family} answer {'right' if correct else 'wrong'} "
+                        f"about {topics[int(qid)]} {m}",
+                        "score": float(correct),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _csv(frame: pd.DataFrame) -> bytes:
+    return frame.to_csv(index=False).encode()
+
+
+def _import_button(at: AppTest):
+    return next(b for b in at.button if b.label == "Import")
+
+
+def _upload_and_import(at: AppTest, *files: tuple[str, bytes, str]) -> AppTest:
+    at.switch_page(shared.DATA_PAGE).run()
+    at.file_uploader(key="upload").set_value(list(files)).run()
+    _import_button(at).click().run()
+    return at
+
+
+# ---------------------------------------------------------------------- start and pages
+
+
+def test_app_builds_and_starts_on_the_demo_store_by_default(tmp_path, monkeypatch):
+    demo_path = tmp_path / "demo-default.duckdb"
+    monkeypatch.delenv(shared.STORE_ENV, raising=False)
+    monkeypatch.setattr(shared, "DEMO_PATH", demo_path)
+    at = _app().run()
+    assert not _errors(at)
     assert at.title[0].value == "Perspective Explorer"
-    table = at.dataframe[0].value
-    assert set(table.index) == {"sample", "dkps", "pkps"}
-    assert table.loc["pkps", "MAE"] < table.loc["dkps", "MAE"]
+    assert demo_path.exists(), "the demo store is built on first run"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Models"] == str(DEMO_SETTINGS["n_models"])
+    assert any(t.value == "demo (synthetic)" for t in at.sidebar.text)
+
+
+def test_every_page_renders_on_the_demo_store(demo_store):
+    at = _app().run()
+    assert not _errors(at)
+
+    at.switch_page(shared.DATA_PAGE).run()
+    assert not _errors(at)
+    assert [h.value for h in at.header] == ["Upload", "Store overview", "Coverage", "Pairedness"]
+    charts = _charts(at)
+    assert set(charts) == {"coverage_chart", "pairedness_chart"}
+    # The demo covers 70 % of cells: the coverage heatmap draws the missing ones.
+    values, missing = _figure(at, "coverage_chart")["data"]
+    assert "missing" in missing["hovertemplate"]
+    n_missing = int(np.isfinite(_array(missing["z"]).astype(float)).sum())
+    n_cells = DEMO_SETTINGS["n_models"] * DEMO_SETTINGS["n_tasks"]
+    assert 0.1 * n_cells < n_missing < 0.5 * n_cells
+    assert np.isnan(_array(values["z"]).astype(float)).sum() == n_missing
+
+    at.switch_page("pages/space.py").run()
+    assert not _errors(at)
+    assert [s.value for s in at.subheader] == ["PKPS", "DKPS"]
+    assert {"pkps_scatter", "dkps_scatter", "cv_curve"} == set(_charts(at))
+
+    at.switch_page("pages/predictions.py").run()
+    assert not _errors(at)
+    mae = at.dataframe[0].value
+    assert list(mae.index) == ["sample", "dkps", "pkps"]
+    # The demo is unpaired (rho = 0): PKPS beats DKPS there.
+    assert mae.loc["pkps", "MAE"] < mae.loc["dkps", "MAE"]
+
+
+def test_empty_store_points_to_the_data_page(empty_store):
+    at = _app()
+    at.switch_page("pages/space.py").run()
+    assert not _errors(at)
+    assert any("holds no responses" in i.value for i in at.info)
+    assert not _charts(at)
+
+
+def test_a_large_store_is_aggregated_by_family_or_paged(tmp_path, monkeypatch):
+    path = tmp_path / "large.duckdb"
+    cache = make_synthetic(n_models=90, n_tasks=3, budget=2, rho=0.5, random_state=1)
+    with Store(path) as store:
+        store.ingest(cache.records)
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    at = _app()
+    at.switch_page(shared.DATA_PAGE).run()
+    assert not _errors(at)
+    assert at.radio(key="coverage_rows").value.startswith("families")
+    families = _figure(at, "coverage_chart")["data"][0]["y"]
+    assert families == sorted(cache.records["family"].unique())
+    at.radio(key="coverage_rows").set_value("models").run()
+    at.number_input(key="coverage_page").set_value(2).run()
+    assert not _errors(at)
+    # 90 models at 80 a page: page 2 shows the last 10 (family order = name order here).
+    page_two = _figure(at, "coverage_chart")["data"][0]["y"]
+    assert page_two == sorted(cache.records["model"].unique())[-10:]
+
+
+# ---------------------------------------------------------------------- uploads
+
+
+def test_uploading_a_small_csv_adds_its_models(empty_store):
+    cache = _small_cache()
+    at = _upload_and_import(_app().run(), ("small.csv", _csv(cache), "text/csv"))
+    assert not _errors(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.success[0].value == "Imported."
+    assert any(f"{len(cache)} added" in t.value for t in at.text)
+    with Store(empty_store) as store:
+        stored = set(store.coverage()["model"])
+    assert stored == set(cache["model"])
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Models"] == "6"
+
+    # The uploaded cache has text: the perspective page embeds and fits it.
+    at.switch_page("pages/space.py").run()
+    assert not _errors(at)
+    assert [s.value for s in at.subheader] == ["PKPS", "DKPS"]
+
+
+def test_a_bad_csv_shows_the_rows_and_stores_nothing(demo_store):
+    before = _store_state(demo_store)
+    bad = _small_cache()
+    bad.loc[4, ["model", "task", "query_id"]] = bad.loc[1, ["model", "task", "query_id"]]
+    at = _upload_and_import(_app().run(), ("bad.csv", _csv(bad), "text/csv"))
+    assert not _errors(at)
+    assert len(at.error) == 1
+    assert "nothing was stored" in at.error[0].value
+    message = at.text[-1].value
+    assert "bad.csv" in message and "duplicate" in message and "rows 2, 5" in message
+    assert _store_state(demo_store) == before
+
+
+def test_one_bad_file_among_several_stores_none_of_them(empty_store):
+    good = _small_cache()
+    bad = _small_cache()
+    bad["model"] = bad["model"].str.replace("alpha/", "gamma/").str.replace("beta/", "delta/")
+    bad["score"] = bad["score"].astype(object)
+    bad.loc[3, "score"] = "lots"
+    at = _upload_and_import(
+        _app().run(),
+        ("good.csv", _csv(good), "text/csv"),
+        ("bad.csv", _csv(bad), "text/csv"),
+    )
+    assert "nothing was stored" in at.error[0].value
+    assert "bad.csv" in at.text[-1].value and "not numeric" in at.text[-1].value
+    assert _store_state(empty_store)[2] == 0
+
+
+@pytest.mark.skipif(not ALPACA.exists(), reason="shared AlpacaEval data not present")
+def test_alpaca_eval_upload_shows_pkps_and_dkps(empty_store):
+    at = _upload_and_import(
+        _app().run(), (ALPACA.name, ALPACA.read_bytes(), "application/octet-stream")
+    )
+    assert not _errors(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any("32194 added" in t.value for t in at.text)
+    assert {m.label: m.value for m in at.metric}["Models"] == "40"
+    models = pd.read_parquet(ALPACA, columns=["model"])["model"].unique()
+
+    at.switch_page("pages/space.py").run()
+    assert not _errors(at)
+    assert [s.value for s in at.subheader] == ["PKPS", "DKPS"]
+    for key in ("pkps_scatter", "dkps_scatter"):
+        assert _models_in_scatter(at, key) == set(models)
+    assert "kernel sums" in at.caption[0].value
+
+
+# ---------------------------------------------------------------------- perspective space
+
+
+def _scatter_specs(at: AppTest) -> list[str]:
+    charts = _charts(at)
+    return [charts["pkps_scatter"], charts["dkps_scatter"]]
+
+
+def test_switching_kernels_and_bandwidth_rerenders(demo_store):
+    at = _app()
+    at.switch_page("pages/space.py").run()
+    cv_caption = at.caption[0].value
+    cv_specs = _scatter_specs(at)
+
+    at.toggle(key="cv").set_value(False).run()
+    at.select_slider(key="bandwidth").set_value(3.0).run()
+    assert not _errors(at)
+    assert "(3 × the median" in at.caption[0].value
+    assert at.caption[0].value != cv_caption
+    wide_specs = _scatter_specs(at)
+    assert wide_specs[0] != cv_specs[0], "the PKPS scatter moves with the bandwidth"
+    assert wide_specs[1] == cv_specs[1], "the DKPS scatter does not depend on it"
+
+    at.selectbox(key="response_kernel").set_value("cosine").run()
+    assert not _errors(at)
+
+    at.radio(key="query_kernel").set_value("delta").run()
+    assert not _errors(at)
+    assert at.subheader[0].value == "Delta query kernel (same as DKPS)"
+    left, right = _scatter_specs(at)
+    assert left == right, "with the delta kernel the left space is DKPS"
+
+
+def test_cross_validation_curve_is_shown(demo_store):
+    at = _app()
+    at.switch_page("pages/space.py").run()
+    curve = at.dataframe[0].value
+    assert list(curve.columns) == ["multiple_of_median", "bandwidth", "cv_error", "chosen"]
+    assert curve["chosen"].sum() == 1
+    assert curve["cv_error"].notna().all()
+
+
+def test_picking_models_lists_neighbours_and_responses(demo_store):
+    at = _app()
+    at.switch_page("pages/space.py").run()
+    picker = at.multiselect(key="picked_models")
+    model = picker.options[0]
+    picker.set_value([model]).run()
+    assert not _errors(at)
+    neighbours = at.dataframe[1].value
+    assert neighbours["model"].eq(model).all()
+    assert neighbours["rank"].tolist() == [1, 2, 3, 4, 5]
+    assert model not in set(neighbours["neighbour (PKPS)"])
+    responses = at.dataframe[2].value
+    assert len(responses) > 0
+    assert set(responses["neighbour"]) <= set(neighbours["neighbour (PKPS)"])
+
+
+# ---------------------------------------------------------------------- predictions
+
+
+@pytest.fixture
+def recorded_downloads(monkeypatch) -> dict[str, bytes]:
+    """File name → bytes of every static download the app registers during a run."""
+    files: dict[str, bytes] = {}
+
+    class Recording(MemoryMediaFileStorage):
+        def load_and_get_id(self, path_or_data, mimetype, kind, filename=None):
+            if filename and isinstance(path_or_data, bytes):
+                files[filename] = path_or_data
+            return super().load_and_get_id(path_or_data, mimetype, kind, filename)
+
+    monkeypatch.setattr(app_test_module, "MemoryMediaFileStorage", Recording)
+    return files
+
+
+def test_predictions_export_has_the_cli_columns(demo_store, recorded_downloads):
+    at = _app()
+    at.switch_page("pages/predictions.py").run()
+    assert not _errors(at)
+    labels = [b.label for b in at.get("download_button")]
+    assert labels == ["Predictions (CSV)", "Predictions (Parquet)", "Model coordinates (CSV)"]
+    csv = pd.read_csv(io.BytesIO(recorded_downloads["predictions.csv"]))
+    parquet = pd.read_parquet(io.BytesIO(recorded_downloads["predictions.parquet"]))
+    n_cells = DEMO_SETTINGS["n_models"] * DEMO_SETTINGS["n_tasks"]
+    for frame in (csv, parquet):
+        assert tuple(frame.columns) == OUTPUT_COLUMNS
+        assert len(frame) == 3 * n_cells
+        assert set(frame["method"]) == {"sample", "dkps", "pkps"}
+    pd.testing.assert_series_equal(csv["prediction"], parquet["prediction"], check_dtype=False)
+
+
+def test_prediction_settings_change_the_results(demo_store):
+    at = _app()
+    at.switch_page("pages/predictions.py").run()
+    family_mae = at.dataframe[0].value
+    at.multiselect[0].set_value(["sample", "pkps"])
+    at.radio[0].set_value("model")
+    targets = at.multiselect[1].options[:5]
+    at.multiselect[1].set_value(targets)
+    next(b for b in at.button if b.label == "Predict").click().run()
+    assert not _errors(at)
+    mae = at.dataframe[0].value
+    assert list(mae.index) == ["sample", "pkps"]
+    assert mae.loc["pkps", "cells"] == 5 * DEMO_SETTINGS["n_tasks"]
+    assert mae.loc["pkps", "MAE"] != family_mae.loc["pkps", "MAE"]

@@ -1,0 +1,219 @@
+"""Data: upload caches into the store, see what it holds, its coverage and pairing."""
+
+from pathlib import Path
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from pages import shared
+from pkps_core import views
+from pkps_core.demo import DEMO_PATH
+from pkps_core.records import RecordsError
+
+PAGE_SIZE = 80
+MISSING_COLOUR = "#d9d9d9"
+
+st.title("Data")
+
+# ---------------------------------------------------------------------- upload
+st.header("Upload")
+st.caption(
+    "Canonical CSV / TSV / Parquet (see the README for the columns) or files written by "
+    "evaluation tools: Every Eval Ever samples, lm-evaluation-harness samples, Inspect logs; "
+    "a .zip for folder formats (HELM run, AlpacaEval results). Several files are imported "
+    "together: if any is invalid, nothing is stored."
+)
+uploads = st.file_uploader(
+    "Response caches", type=list(views.UPLOAD_TYPES), accept_multiple_files=True, key="upload"
+)
+active = shared.active_path()
+destinations = ["the active store", "a new store"]
+destination = st.radio(
+    "Add to",
+    destinations,
+    index=1 if shared.is_demo(active) else 0,
+    horizontal=True,
+    help="The demo store is synthetic; real data usually goes into its own store.",
+)
+new_path = None
+if destination == "a new store":
+    stem = Path(uploads[0].name).name.split(".")[0] if uploads else "uploaded"
+    new_path = st.text_input("New store file", value=str(DEMO_PATH.parent / f"{stem}.duckdb"))
+
+if st.button("Import", type="primary", disabled=not uploads):
+    target = active if new_path is None else str(Path(new_path).expanduser().resolve())
+    st.session_state.pop("last_import", None)
+    with st.status("Importing…", expanded=True) as status:
+        try:
+            if not target.endswith(".duckdb"):
+                raise RecordsError("a store is a .duckdb file; give a path ending in .duckdb")
+            st.write("Reading and validating the files…")
+            result = views.read_uploads([(f.name, f.getvalue()) for f in uploads])
+            st.write(f"Storing {len(result.records):,} rows in one transaction…")
+            store = shared.open_store(target)
+            report = store.ingest(result.records, source=result.source)
+        except RecordsError as exc:
+            status.update(label="Import failed: nothing was stored", state="error")
+            st.session_state["last_import"] = {"error": str(exc)}
+        else:
+            shared.switch_store(target)
+            embed_note = None
+            st.write("Embedding new texts for the kernels (first use only)…")
+            try:
+                shared.load_records(target, store.version)
+            except RecordsError as exc:
+                embed_note = str(exc)
+            status.update(label="Import finished", state="complete", expanded=False)
+            st.session_state["last_import"] = {
+                "report": str(report),
+                "files": result.per_file,
+                "skipped": result.skipped,
+                "warnings": result.warnings,
+                "embed_note": embed_note,
+            }
+    st.rerun()
+
+last = st.session_state.get("last_import")
+if last and "error" in last:
+    shared.alert(
+        "error",
+        "The upload is not valid, so nothing was stored. Fix the file and upload it again.",
+        last["error"],
+    )
+elif last:
+    shared.alert("success", "Imported.", last["report"])
+    st.dataframe(last["files"], hide_index=True)
+    if last["skipped"]:
+        shared.alert("warning", "Some items were skipped:", "\n".join(last["skipped"]))
+    if last["warnings"]:
+        shared.alert("info", "The importers noted:", "\n".join(last["warnings"]))
+    if last["embed_note"]:
+        shared.alert(
+            "warning",
+            "Stored, but the perspective space cannot use the whole store:",
+            last["embed_note"],
+        )
+
+# ---------------------------------------------------------------------- overview
+path = shared.active_path()
+version = shared.active_store().version
+summary = shared.store_summary(path, version)
+st.header("Store overview")
+columns = st.columns(6)
+for column, key in zip(
+    columns, ("models", "tasks", "families", "responses", "scored", "queries"), strict=True
+):
+    column.metric(key.capitalize(), f"{summary[key]:,}")
+if summary["responses"] == 0:
+    st.info("The store is empty: upload a cache above.")
+    st.stop()
+
+cells = shared.load_cells(path, version)
+model_table = views.model_table(cells)
+with st.expander(f"Models ({len(model_table)})"):
+    st.dataframe(model_table, hide_index=True, width="stretch")
+with st.expander("Ingest log"):
+    st.dataframe(shared.active_store().ingest_log(), hide_index=True, width="stretch")
+
+tasks = sorted(cells["task"].unique())
+order_by = st.radio("Order models by", views.MODEL_ORDERS, index=1, horizontal=True, key="order_by")
+order = views.model_order(cells, order_by)
+many = len(order) > PAGE_SIZE
+family_of = model_table.set_index("model")["family"]
+
+
+def heatmap(matrix, colorscale, zmin, zmax, value_label, hover_x, hover_y):
+    """A heatmap with missing cells drawn in grey (and named in the hover)."""
+    missing = matrix.isna().astype(float).where(matrix.isna())
+    figure = go.Figure(
+        [
+            go.Heatmap(
+                z=matrix.to_numpy(),
+                x=list(matrix.columns),
+                y=list(matrix.index),
+                colorscale=colorscale,
+                zmin=zmin,
+                zmax=zmax,
+                colorbar={"title": {"text": value_label}},
+                hovertemplate=f"{hover_y} %{{y}}<br>{hover_x} %{{x}}<br>"
+                f"{value_label} %{{z}}<extra></extra>",
+                xgap=1,
+                ygap=1,
+            ),
+            go.Heatmap(
+                z=missing.to_numpy(),
+                x=list(matrix.columns),
+                y=list(matrix.index),
+                colorscale=[[0, MISSING_COLOUR], [1, MISSING_COLOUR]],
+                showscale=False,
+                hovertemplate=f"{hover_y} %{{y}}<br>{hover_x} %{{x}}<br>missing<extra></extra>",
+                xgap=1,
+                ygap=1,
+            ),
+        ]
+    )
+    figure.update_yaxes(autorange="reversed", type="category")
+    figure.update_xaxes(type="category")
+    figure.update_layout(
+        height=min(2400, 160 + 16 * len(matrix.index)), margin={"t": 30, "l": 10, "r": 10}
+    )
+    return figure
+
+
+def page_of(models, label, key):
+    """The models on the chosen page (all of them for a small store)."""
+    if len(models) <= PAGE_SIZE:
+        return list(models)
+    n_pages = -(-len(models) // PAGE_SIZE)
+    page = st.number_input(
+        f"{label} page (of {n_pages}, {PAGE_SIZE} models each)", 1, n_pages, 1, key=key
+    )
+    return views.paginate(models, page, PAGE_SIZE)[0]
+
+
+# ---------------------------------------------------------------------- coverage
+st.header("Coverage")
+st.caption("Responses per model and task; grey cells have none.")
+coverage_rows = st.radio(
+    "Rows",
+    ["models", "families (share of models covered)"],
+    index=1 if many else 0,
+    horizontal=True,
+    key="coverage_rows",
+)
+if coverage_rows == "models":
+    shown = page_of(order, "Model", "coverage_page")
+    matrix = views.coverage_matrix(cells, shown, tasks)
+    figure = heatmap(matrix, "Viridis", 0, None, "responses", "task", "model")
+else:
+    matrix = views.family_coverage(cells, tasks)
+    figure = heatmap(matrix, "Viridis", 0, 1, "share covered", "task", "family")
+st.plotly_chart(figure, width="stretch", key="coverage_chart")
+
+# ---------------------------------------------------------------------- pairedness
+st.header("Pairedness")
+st.caption(
+    "ρ: the fraction of the row model's queries the column model also answered "
+    "(1 = fully paired, 0 = no shared query; DKPS needs ρ > 0, PKPS does not)."
+)
+scope = st.selectbox("Queries", ["pooled over tasks", *tasks], key="pair_scope")
+pairs = shared.load_pairedness(path, version, None if scope == "pooled over tasks" else scope)
+pair_rows = st.radio(
+    "Rows and columns",
+    ["models", "families (mean ρ)"],
+    index=1 if many else 0,
+    horizontal=True,
+    key="pair_rows",
+)
+if pair_rows == "models":
+    rows = page_of(order, "Row", "pair_row_page")
+    columns = page_of(order, "Column", "pair_col_page")
+    matrix = views.pairedness_matrix(pairs, rows, columns)
+    figure = heatmap(matrix, "Blues", 0, 1, "ρ", "model", "model")
+else:
+    matrix = views.family_pairedness(pairs, family_of)
+    figure = heatmap(matrix, "Blues", 0, 1, "mean ρ", "family", "family")
+st.plotly_chart(figure, width="stretch", key="pairedness_chart")
+off_diagonal = pairs[pairs["model_a"] != pairs["model_b"]]["rho"]
+if len(off_diagonal):
+    st.caption(f"Mean ρ between different models: {off_diagonal.mean():.3f}")

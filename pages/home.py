@@ -1,0 +1,29 @@
+"""Home: what the tool does and where to go."""
+
+import streamlit as st
+
+from pages import shared
+
+st.title("Perspective Explorer")
+st.write(
+    "Predict LLM benchmark scores from **sparse, unpaired caches** of evaluated responses. "
+    "The Product Kernel Perspective Space (PKPS) compares models through their responses to "
+    "*similar* queries, so models that never answered the same question can still be placed "
+    "next to each other; DKPS, its paired special case, only compares identical queries."
+)
+path = shared.active_path()
+summary = shared.store_summary(path, shared.active_store().version)
+left, middle, right = st.columns(3)
+left.metric("Models", summary["models"])
+middle.metric("Tasks", summary["tasks"])
+right.metric("Responses", f"{summary['responses']:,}")
+if shared.is_demo(path):
+    st.caption(
+        "The active store is the embedded demo: a synthetic cache (the PKPS paper's generator) "
+        "with 70 % task coverage and no shared queries (ρ = 0), where DKPS has nothing to "
+        "compare and PKPS still works."
+    )
+
+st.page_link(shared.DATA_PAGE, label="Data — upload caches, coverage and pairing", icon="📥")
+st.page_link("pages/space.py", label="Perspective space — PKPS next to DKPS", icon="🌌")
+st.page_link("pages/predictions.py", label="Predictions — methods, errors, export", icon="🎯")

@@ -1,0 +1,246 @@
+"""What every page shares: the active store, cached loads and fits, the sidebar.
+
+Caches are keyed by their inputs: the store path and its ``version`` (bumped by every
+ingest), and the kernel / bandwidth / method settings. Large read-only objects (records
+with embeddings, prepared caches, prediction contexts) live in ``st.cache_resource`` so
+they are not copied on every read; small results (summaries, predictions) in
+``st.cache_data``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import streamlit as st
+
+from pkps_core import views
+from pkps_core.demo import DEMO_PATH, ensure_demo_store
+from pkps_core.predict import PredictionContext, build_context, predict
+from pkps_core.records import cell_table
+from pkps_core.space import PerspectiveSpace, PreparedCache, prepare_cache
+from pkps_core.store import Store
+
+STORE_ENV = "PKPS_STORE"
+DATA_PAGE = "pages/data.py"
+
+
+def default_store_path() -> str:
+    """``$PKPS_STORE`` if set, else the embedded demo store."""
+    configured = os.environ.get(STORE_ENV, "").strip()
+    return str(Path(configured).expanduser().resolve()) if configured else str(DEMO_PATH)
+
+
+def is_demo(path: str) -> bool:
+    return Path(path).resolve() == DEMO_PATH.resolve()
+
+
+@st.cache_resource(show_spinner="Opening the store…")
+def open_store(path: str) -> Store:
+    """One DuckDB connection per store file, shared by every session."""
+    if is_demo(path):
+        ensure_demo_store(path)
+    return Store(path)
+
+
+def active_path() -> str:
+    return st.session_state.setdefault("store_path", default_store_path())
+
+
+def active_store() -> Store:
+    return open_store(active_path())
+
+
+def switch_store(path: str) -> None:
+    """Make ``path`` the active store (opening it now, so errors surface here)."""
+    open_store(path)
+    st.session_state["store_path"] = path
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading the responses and their embeddings…")
+def load_records(path: str, version: int) -> pd.DataFrame:
+    """The store's records with embeddings (texts are embedded once, on first use)."""
+    return open_store(path).records()
+
+
+@st.cache_resource(max_entries=4, show_spinner="Preparing the kernel arrays…")
+def load_prepared(path: str, version: int) -> PreparedCache:
+    return prepare_cache(load_records(path, version), validated=True)
+
+
+@st.cache_data(max_entries=8, show_spinner="Reading the store…")
+def load_cells(path: str, version: int) -> pd.DataFrame:
+    """Per (model, task) cell: family, responses, sample score, reference."""
+    return cell_table(open_store(path).records(with_embeddings=False))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def store_summary(path: str, version: int) -> dict[str, int]:
+    return open_store(path).summary()
+
+
+@st.cache_data(max_entries=16, show_spinner="Counting shared queries…")
+def load_pairedness(path: str, version: int, task: str | None) -> pd.DataFrame:
+    return open_store(path).pairedness(task)
+
+
+@st.cache_data(max_entries=32, show_spinner="Fitting the perspective space…")
+def fit_space(
+    path: str,
+    version: int,
+    query_kernel: str,
+    response_kernel: str,
+    bandwidth: str | float,
+    n_components: int,
+) -> views.SpaceSummary:
+    """Fit PKPS (``"rbf"``) or DKPS (``"delta"``).
+
+    ``bandwidth`` is ``"cv"`` or a multiple of the median query distance (0 = delta
+    limit); the median comes from the cross-validated fit of the same store.
+    """
+    params = {
+        "query_kernel": query_kernel,
+        "response_kernel": response_kernel,
+        "n_components": int(n_components),
+    }
+    if query_kernel == "rbf" and bandwidth != "cv":
+        median = fit_space(
+            path, version, "rbf", response_kernel, "cv", n_components
+        ).median_query_distance
+        params |= {"query_bandwidth": float(bandwidth) * median, "bandwidth_scale": median}
+    space = PerspectiveSpace(**params).fit(None, prepared=load_prepared(path, version))
+    return views.summarize_space(space)
+
+
+@st.cache_data(max_entries=16, show_spinner="Running UMAP on the coordinates…")
+def umap_view(
+    path: str,
+    version: int,
+    query_kernel: str,
+    response_kernel: str,
+    bandwidth: str | float,
+    n_components: int,
+):
+    summary = fit_space(path, version, query_kernel, response_kernel, bandwidth, n_components)
+    dims = [c for c in summary.coordinates.columns if c.startswith("dim_")]
+    return views.umap_2d(summary.coordinates[dims].to_numpy())
+
+
+@st.cache_resource(max_entries=2, show_spinner=False)
+def prediction_context(
+    path: str,
+    version: int,
+    holdout: str,
+    targets: tuple[str, ...],
+    bandwidth: str,
+    response_kernel: str,
+) -> PredictionContext:
+    return build_context(
+        load_records(path, version),
+        holdout=holdout,
+        targets=list(targets) or None,
+        space_params={"query_bandwidth": bandwidth, "response_kernel": response_kernel},
+    )
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def predict_method(
+    path: str,
+    version: int,
+    holdout: str,
+    targets: tuple[str, ...],
+    bandwidth: str,
+    response_kernel: str,
+    method: str,
+) -> pd.DataFrame:
+    context = prediction_context(path, version, holdout, targets, bandwidth, response_kernel)
+    return predict(context, [method])
+
+
+@st.cache_data(max_entries=8, show_spinner="Fitting the spaces for the coordinates…")
+def prediction_coordinates(
+    path: str,
+    version: int,
+    holdout: str,
+    targets: tuple[str, ...],
+    bandwidth: str,
+    response_kernel: str,
+) -> pd.DataFrame:
+    context = prediction_context(path, version, holdout, targets, bandwidth, response_kernel)
+    summaries = {
+        "pkps": views.summarize_space(context.pkps),
+        "dkps": views.summarize_space(context.dkps),
+    }
+    return views.coordinates_export(summaries)
+
+
+def alert(kind: str, headline: str, detail: str | None = None) -> None:
+    """An alert with fixed wording; user-derived text (file and model names, messages
+    quoting the input) goes below it through ``st.text``, which does not interpret
+    Markdown."""
+    getattr(st, kind)(headline)
+    if detail:
+        st.text(detail)
+
+
+def require_data() -> tuple[str, int]:
+    """The active store's (path, version); stops the page with a pointer if it is empty."""
+    path = active_path()
+    summary = store_summary(path, active_store().version)
+    if summary["responses"] == 0:
+        st.info("This store holds no responses yet. Upload a cache on the Data page.")
+        st.page_link(DATA_PAGE, label="Go to Data", icon="📥")
+        st.stop()
+    return path, summary["version"]
+
+
+def sidebar() -> None:
+    """The active store, its size, and switching to another store file."""
+    path = active_path()
+    try:
+        store = active_store()
+    except duckdb.Error as exc:
+        with st.sidebar:
+            alert("error", "Cannot open the store; back to the demo store.", f"{path}: {exc}")
+        st.session_state["store_path"] = str(DEMO_PATH)
+        return
+    summary = store_summary(path, store.version)
+    with st.sidebar:
+        st.subheader("Store")
+        label = "demo (synthetic)" if is_demo(path) else Path(path).name
+        st.text(label)
+        st.text(path)
+        st.caption(
+            f"{summary['models']} models · {summary['tasks']} tasks · "
+            f"{summary['responses']:,} responses · version {summary['version']}"
+        )
+        st.page_link(DATA_PAGE, label="Upload data", icon="📥")
+        with st.expander("Switch store"):
+            with st.form("switch_store", border=False):
+                target = st.text_input(
+                    "Store file (.duckdb)",
+                    value=path,
+                    help="An existing store, or a new file to create. "
+                    f"Start the app with {STORE_ENV}=… to choose the default.",
+                )
+                opened = st.form_submit_button("Open")
+            if opened:
+                _open_from_sidebar(target)
+            if not is_demo(path) and st.button("Back to the demo store"):
+                switch_store(str(DEMO_PATH))
+                st.rerun()
+
+
+def _open_from_sidebar(target: str) -> None:
+    candidate = Path(target.strip()).expanduser()
+    if candidate.suffix != ".duckdb":
+        st.error("A store is a .duckdb file; give a path ending in .duckdb.")
+        return
+    try:
+        switch_store(str(candidate.resolve()))
+    except (duckdb.Error, OSError) as exc:
+        alert("error", "Cannot open that store.", f"{candidate}: {exc}")
+        return
+    st.rerun()
