@@ -178,6 +178,91 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _number_list(kind, *, allow_full: bool = False):
+    """Comma-separated numbers of ``kind``; with ``allow_full``, ``full`` stands for None."""
+
+    def parse(text: str) -> list:
+        values = []
+        for item in _csv_list(text):
+            if allow_full and item.lower() in ("full", "all"):
+                values.append(None)
+                continue
+            try:
+                values.append(kind(item))
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"expected comma-separated {kind.__name__} values, got {item!r}"
+                ) from None
+        if not values:
+            raise argparse.ArgumentTypeError("expected at least one value")
+        return values
+
+    return parse
+
+
+def _components(text: str):
+    if text == "elbow":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'elbow', got {text!r}") from None
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from pkps_core.predict import METHODS
+    from pkps_core.protocols import format_summary, run_protocol
+
+    if args.seeds < 1:
+        raise RecordsError("--seeds must be at least 1")
+    unknown = [m for m in args.methods or [] if m not in METHODS]
+    if unknown:
+        raise RecordsError(
+            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}"
+        )
+    if Path(args.out).suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise RecordsError(f"output {args.out}: unknown file type; use .csv or .parquet")
+    records = _input_records(args)
+    space_params = {"response_kernel": args.response_kernel}
+    if args.query_components is not None:
+        space_params["query_components"] = args.query_components
+    if args.response_components is not None:
+        space_params["response_components"] = args.response_components
+
+    def progress(fraction: float, message: str) -> None:
+        print(f"  [{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    result = run_protocol(
+        records,
+        args.protocol,
+        budgets=args.budgets,
+        rhos=args.rho,
+        cohorts=args.cohort,
+        p_tasks=args.p_task,
+        p_queries=args.p_query,
+        n_tasks=args.n_tasks,
+        core_sets=args.core_set,
+        seeds=range(args.seeds),
+        methods=args.methods,
+        space_params=space_params,
+        progress=progress,
+    )
+    elapsed = time.perf_counter() - started
+    _write_table(result.long, args.out)
+    print(f"wrote {len(result.long)} rows to {args.out} in {elapsed:.1f} s")
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        print(f"\nMAE (mean ± SEM over {args.seeds} seeds of the per-seed mean over tasks):")
+        print(format_summary(result.summary, result.levers).to_string())
+        if len(result.tests):
+            print("\nWilcoxon signed-rank tests on per-task error differences (two-sided):")
+            print(result.tests.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if len(result.correlations):
+            print("\nPearson r of model similarity vs normalised gap (binary tasks):")
+            print(result.correlations.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pkps_core",
@@ -223,6 +308,58 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip format detection",
     )
     ingest.set_defaults(run=cmd_ingest)
+
+    evaluate = sub.add_parser(
+        "evaluate", help="run an evaluation protocol (seeded sweep) and print the summary"
+    )
+    evaluate.add_argument("--input", help="canonical .csv or .parquet")
+    evaluate.add_argument("--db", help="a store made by `ingest` (instead of --input)")
+    evaluate.add_argument(
+        "--protocol",
+        required=True,
+        choices=["query-efficiency", "completion", "interpolation", "extrapolation"],
+    )
+    evaluate.add_argument(
+        "--budgets", type=_number_list(int), default=[1, 2, 4, 8], help="queries per cell m"
+    )
+    evaluate.add_argument("--rho", type=_number_list(float), default=[0.0], help="pairing")
+    evaluate.add_argument(
+        "--cohort",
+        type=_number_list(int, allow_full=True),
+        default=[None],
+        help="models kept (n; 'full')",
+    )
+    evaluate.add_argument(
+        "--p-task",
+        type=_number_list(float),
+        default=None,
+        help="task coverage (default 1 for query-efficiency, 0.5 for completion)",
+    )
+    evaluate.add_argument(
+        "--p-query", type=_number_list(float), default=[0.5], help="query depth (completion)"
+    )
+    evaluate.add_argument(
+        "--n-tasks",
+        type=_number_list(int, allow_full=True),
+        default=[None],
+        help="tasks T (completion; 'full')",
+    )
+    evaluate.add_argument(
+        "--core-set", type=_number_list(int), default=[50], help="core-set size (splits)"
+    )
+    evaluate.add_argument("--seeds", type=int, default=4, help="number of seeds (0 … N-1)")
+    evaluate.add_argument(
+        "--methods", type=_csv_list, default=None, help="comma-separated (default per protocol)"
+    )
+    evaluate.add_argument(
+        "--response-kernel", choices=["linear", "rbf", "cosine"], default="linear"
+    )
+    evaluate.add_argument("--query-components", type=int, default=None, help="query PCA size")
+    evaluate.add_argument(
+        "--response-components", type=_components, default=None, help="response PCA: INT | elbow"
+    )
+    evaluate.add_argument("--out", required=True, help="long results .csv or .parquet")
+    evaluate.set_defaults(run=cmd_evaluate)
 
     info = sub.add_parser("info", help="counts, coverage and pairedness of a store")
     info.add_argument("--db", required=True)

@@ -1,4 +1,8 @@
-"""Small, seeded experiment drivers shared by tests, benchmarks and the CLI."""
+"""Small, seeded experiment drivers shared by tests, benchmarks and the CLI.
+
+The full protocols (levers, long tables, tests) live in :mod:`pkps_core.protocols`;
+:func:`subsample_cells` is re-exported from there.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,10 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.predict import predict
+from pkps_core.protocols import subsample_cells
 from pkps_core.synthetic import make_synthetic
+
+__all__ = ["query_efficiency", "subsample_cells", "summarise", "synthetic_query_efficiency"]
 
 
 def synthetic_query_efficiency(
@@ -55,37 +62,6 @@ def summarise(results: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     table = grouped.mean().unstack("method")
     sem = (grouped.std(ddof=1) / np.sqrt(grouped.count())).unstack("method")
     return table.round(4).astype(str) + " ± " + sem.round(4).astype(str)
-
-
-def subsample_cells(
-    records: pd.DataFrame, budget: int, *, rho: float = 0.0, random_state: int = 0
-) -> pd.DataFrame:
-    """Mask every (model, task) cell to ``budget`` queries: the query-efficiency protocol.
-
-    A fraction ``rho`` of each cell's queries comes from a pool shared by all models of the
-    task; the rest is sampled independently per model (so pairing is controlled). Each
-    cell's ``reference_score`` is its full-cache mean score (the trusted full-task score),
-    unless the input already carries one.
-    """
-    rng = np.random.default_rng(random_state)
-    frame = records.copy()
-    if "reference_score" not in frame.columns:
-        frame["reference_score"] = frame.groupby(["model", "task"])["score"].transform("mean")
-    n_shared = int(round(rho * budget))
-    keep = np.zeros(len(frame), dtype=bool)
-    for _, task_rows in frame.groupby("task").groups.items():
-        task_frame = frame.loc[task_rows]
-        queries = task_frame["query_id"].unique()
-        shared = set(rng.choice(queries, size=min(n_shared, len(queries)), replace=False))
-        for _, cell_rows in task_frame.groupby("model").groups.items():
-            cell = frame.loc[cell_rows, "query_id"]
-            in_shared = cell.isin(shared).to_numpy()
-            chosen = list(np.flatnonzero(in_shared))
-            private = np.flatnonzero(~in_shared)
-            take = max(0, budget - len(chosen))
-            chosen += list(rng.choice(private, size=min(take, len(private)), replace=False))
-            keep[frame.index.get_indexer(cell.index[chosen])] = True
-    return frame[keep].reset_index(drop=True)
 
 
 def query_efficiency(

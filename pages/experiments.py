@@ -1,0 +1,237 @@
+"""Experiments: how accurate is each method on this cache, measured the papers' way.
+
+A thin page over :mod:`pkps_core.protocols`: choose a protocol, its levers and the seeds;
+each seed runs as one cached call (keyed by store path, store version and every setting),
+so the progress bar advances per seed and a rerun with the same inputs is instant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from pkps_core import protocols
+from pkps_core.demo import ensure_demo_store
+from pkps_core.predict import METHODS
+from pkps_core.store import Store
+
+LEVER_CHOICES = {
+    "budget": [1, 2, 4, 8, 16, 32],
+    "rho": [0.0, 0.25, 0.5, 1.0],
+    "cohort": ["full", 10, 20, 40],
+    "n_tasks": ["full", 2, 4, 8, 12],
+    "p_task": [0.2, 0.35, 0.5, 0.7, 0.9, 1.0],
+    "p_query": [0.1, 0.25, 0.5, 0.75, 1.0],
+    "core_set": [10, 25, 50, 100],
+}
+DEFAULTS = {
+    "query-efficiency": {"budget": [1, 2, 4, 8], "rho": [0.0], "cohort": ["full"], "p_task": [1.0]},
+    "completion": {"cohort": ["full"], "n_tasks": ["full"], "p_task": [0.5], "p_query": [0.5]},
+    "interpolation": {"core_set": [50]},
+    "extrapolation": {"core_set": [50]},
+}
+# Keyword of protocols.run_protocol for each lever.
+ARGUMENTS = {
+    "budget": "budgets",
+    "rho": "rhos",
+    "cohort": "cohorts",
+    "n_tasks": "n_tasks",
+    "p_task": "p_tasks",
+    "p_query": "p_queries",
+    "core_set": "core_sets",
+}
+
+
+def store_path() -> str:
+    """The app's active store if set, else ``$PKPS_STORE``, else the demo store."""
+    chosen = st.session_state.get("store_path") or os.environ.get("PKPS_STORE", "").strip()
+    return str(chosen) if chosen else str(ensure_demo_store())
+
+
+def store_version(path: str) -> int:
+    with Store(path) as store:
+        return store.version
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading and embedding the responses…")
+def load_records(path: str, version: int) -> pd.DataFrame:
+    """Records with embeddings, validated and embedded once for every sweep."""
+    with Store(path) as store:
+        return protocols.prepare_records(store.records())
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def run_seed(path: str, version: int, protocol: str, settings: str, seed: int) -> pd.DataFrame:
+    """The long results of one seed (``settings``: JSON of levers and methods)."""
+    options = json.loads(settings)
+    levers = {
+        ARGUMENTS[name]: [None if v == "full" else v for v in values]
+        for name, values in options["levers"].items()
+    }
+    result = protocols.run_protocol(
+        load_records(path, version),
+        protocol,
+        seeds=[seed],
+        methods=options["methods"],
+        **levers,
+    )
+    return result.long
+
+
+def lever_inputs(protocol: str) -> dict[str, list]:
+    chosen = {}
+    columns = st.columns(len(protocols.LEVERS[protocol]))
+    for column, lever in zip(columns, protocols.LEVERS[protocol], strict=True):
+        chosen[lever] = column.multiselect(
+            lever,
+            LEVER_CHOICES[lever],
+            default=DEFAULTS[protocol][lever],
+            key=f"{protocol}-{lever}",
+        )
+    return chosen
+
+
+def mae_chart(result: protocols.ProtocolResult) -> None:
+    swept = [lever for lever in result.levers if result.summary[lever].nunique() > 1]
+    x = st.selectbox("Plot against", swept, key="x-lever") if len(swept) > 1 else None
+    x = x or (swept[0] if swept else result.levers[0])
+    summary = result.summary.dropna(subset=["mae"])
+    others = [lever for lever in swept if lever != x]
+    facet = None
+    if others:
+        summary = summary.assign(
+            setting=summary[others]
+            .astype(str)
+            .agg(", ".join, axis=1)
+            .radd(", ".join(others) + ": ")
+        )
+        facet = "setting"
+    figure = px.line(
+        summary.sort_values(x),
+        x=x,
+        y="mae",
+        error_y="sem",
+        color="method",
+        facet_col=facet,
+        markers=True,
+        labels={"mae": "MAE (mean ± SEM over seeds)"},
+    )
+    st.plotly_chart(figure, width="stretch", key="mae-chart")
+
+
+def improvement_chart(result: protocols.ProtocolResult) -> None:
+    comparator = protocols.COMPARATORS[result.protocol][0]
+    cell = ["seed", *result.levers, "model", "task"]
+    errors = result.long.pivot_table(index=cell, columns="method", values="abs_err")
+    if comparator not in errors.columns:
+        return
+    gains = (
+        errors.drop(columns=comparator)
+        .rsub(errors[comparator], axis=0)
+        .melt(ignore_index=False, var_name="method", value_name="gain")
+        .dropna()
+        .reset_index()
+    )
+    if not len(gains):
+        return
+    x = next((lever for lever in result.levers if gains[lever].nunique() > 1), "method")
+    st.subheader(f"Per-cell improvement over {comparator}")
+    st.caption(f"abs. error of {comparator} minus that of the method; above 0 the method wins.")
+    figure = px.box(gains, x=x, y="gain", color="method")
+    figure.add_hline(y=0, line_dash="dot")
+    st.plotly_chart(figure, width="stretch", key="gain-chart")
+
+
+def similarity_chart(result: protocols.ProtocolResult) -> None:
+    points = result.long.dropna(subset=["similarity", "normalised_gap"])
+    st.subheader("Model similarity to the sources vs normalised gap")
+    if not len(points):
+        st.caption("Similarity is defined on binary tasks only; this cache has none.")
+        return
+    figure = px.scatter(
+        points,
+        x="similarity",
+        y="normalised_gap",
+        color="method",
+        hover_data=["model", "task", "seed"],
+    )
+    st.plotly_chart(figure, width="stretch", key="similarity-chart")
+    st.dataframe(result.correlations, hide_index=True)
+
+
+st.title("Experiments")
+st.caption(
+    "Mask this cache the way the papers do and measure each method against the full-cache "
+    "scores: query efficiency (m queries per cell), completion (hidden cells), and the "
+    "interpolation / extrapolation splits."
+)
+path = store_path()
+version = store_version(path)
+
+protocol = st.selectbox("Protocol", protocols.PROTOCOLS)
+with st.form("experiment"):
+    levers = lever_inputs(protocol)
+    left, right = st.columns([3, 1])
+    methods = left.multiselect(
+        "Methods",
+        list(METHODS),
+        default=list(protocols.DEFAULT_METHODS[protocol]),
+        key=f"{protocol}-methods",
+    )
+    n_seeds = right.number_input("Seeds", min_value=1, max_value=64, value=4, key="seeds")
+    submitted = st.form_submit_button("Run", type="primary")
+
+if submitted:
+    if not methods or not all(levers.values()):
+        st.error("Choose at least one method and one value per lever.")
+        st.stop()
+    st.session_state["experiment_run"] = {
+        "protocol": protocol,
+        "settings": json.dumps({"levers": levers, "methods": methods}, sort_keys=True),
+        "seeds": int(n_seeds),
+    }
+
+run = st.session_state.get("experiment_run")
+if run is None or run["protocol"] != protocol:
+    st.info("Choose the levers and press Run.")
+    st.stop()
+
+bar = st.progress(0.0, text="Starting…")
+longs = []
+try:
+    for seed in range(run["seeds"]):
+        longs.append(run_seed(path, version, run["protocol"], run["settings"], seed))
+        bar.progress((seed + 1) / run["seeds"], text=f"Seed {seed + 1} of {run['seeds']} done")
+except ValueError as error:
+    bar.empty()
+    st.error(f"The sweep could not run: {error}")
+    st.stop()
+bar.empty()
+
+result = protocols.combine_results(run["protocol"], longs)
+if not len(result.long):
+    st.warning("No target cells at these settings (e.g. full coverage leaves nothing hidden).")
+    st.stop()
+
+st.subheader("MAE per method")
+mae_chart(result)
+st.dataframe(protocols.format_summary(result.summary, result.levers))
+improvement_chart(result)
+if "similarity" in result.long.columns:
+    similarity_chart(result)
+st.subheader("Wilcoxon signed-rank tests")
+st.caption(
+    "Two-sided, on per-task mean error differences (method − comparator); negative "
+    "mean_diff and frac_cells_better above 0.5 favour the method."
+)
+st.dataframe(result.tests, hide_index=True)
+st.download_button(
+    "Download the long results (CSV)",
+    data=lambda: result.long.to_csv(index=False),
+    file_name=f"pkps-{run['protocol']}.csv",
+    mime="text/csv",
+)
