@@ -16,6 +16,7 @@ pages = [
     st.Page(shared.DATA_PAGE, title="Data", icon="📥"),
     st.Page("pages/space.py", title="Perspective space", icon="🌌"),
     st.Page("pages/predictions.py", title="Predictions", icon="🎯"),
+    st.Page("pages/experiments.py", title="Experiments", icon="🧪"),
 ]
 navigation = st.navigation(pages)
 shared.sidebar()

@@ -68,3 +68,14 @@ def test_split_protocol_shows_similarity(dense_binary_store):
     assert "similarity-chart" in {chart.key for chart in at.get("plotly_chart")}
     correlations = at.dataframe[1].value
     assert set(correlations["method"]) == {"sample", "pkps"} and (correlations["n"] > 0).all()
+
+
+def test_experiments_page_is_in_the_app_navigation(tmp_path, monkeypatch):
+    monkeypatch.setenv("PKPS_STORE", str(tmp_path / "nav.duckdb"))
+    app = AppTest.from_file(
+        str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120
+    ).run()
+    assert not app.exception
+    app.switch_page("pages/experiments.py").run()
+    assert not app.exception
+    assert any("Experiments" in t.value for t in app.title)
