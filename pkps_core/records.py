@@ -78,10 +78,24 @@ def _parse_embedding(value: object) -> np.ndarray | None:
     return np.asarray(value, dtype=float)
 
 
+def _already_vectors(values: list) -> bool:
+    """Fast path: every cell is already a 1-d float array of one length, all finite."""
+    if not values or not all(isinstance(v, np.ndarray) and v.ndim == 1 for v in values):
+        return False
+    length = values[0].size
+    if length == 0 or any(v.size != length for v in values):
+        return False
+    stacked = np.vstack(values)
+    return stacked.dtype.kind == "f" and bool(np.isfinite(stacked).all())
+
+
 def _validate_embeddings(frame: pd.DataFrame, column: str) -> None:
+    values = frame[column].tolist()
+    if _already_vectors(values):
+        return
     parsed: list[np.ndarray | None] = []
     bad: list[bool] = []
-    for value in frame[column].tolist():
+    for value in values:
         try:
             vec = _parse_embedding(value)
             ok = vec is None or (vec.ndim == 1 and vec.size > 0 and np.all(np.isfinite(vec)))
