@@ -100,18 +100,31 @@ def fit_space(
     ``bandwidth`` is ``"cv"`` or a multiple of the median query distance (0 = delta
     limit); the median comes from the cross-validated fit of the same store.
     """
+    if query_kernel == "rbf":
+        # one cross-validated fit keeps the kernel sums of every grid bandwidth, so moving
+        # the slider between grid points costs an MDS, not a refit
+        space = cv_space(path, version, response_kernel, n_components)
+        if bandwidth != "cv":
+            space = space.select_bandwidth(float(bandwidth) * space.median_query_distance_)
+        return views.summarize_space(space)
     params = {
         "query_kernel": query_kernel,
         "response_kernel": response_kernel,
         "n_components": int(n_components),
     }
-    if query_kernel == "rbf" and bandwidth != "cv":
-        median = fit_space(
-            path, version, "rbf", response_kernel, "cv", n_components
-        ).median_query_distance
-        params |= {"query_bandwidth": float(bandwidth) * median, "bandwidth_scale": median}
     space = PerspectiveSpace(**params).fit(None, prepared=load_prepared(path, version))
     return views.summarize_space(space)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Cross-validating the query bandwidth…")
+def cv_space(path: str, version: int, response_kernel: str, n_components: int) -> PerspectiveSpace:
+    """The cross-validated PKPS fit (with every grid bandwidth's kernel sums)."""
+    params = {
+        "query_kernel": "rbf",
+        "response_kernel": response_kernel,
+        "n_components": int(n_components),
+    }
+    return PerspectiveSpace(**params).fit(None, prepared=load_prepared(path, version))
 
 
 @st.cache_data(max_entries=16, show_spinner="Running UMAP on the coordinates…")

@@ -392,6 +392,43 @@ class PerspectiveSpace(BaseEstimator):
         self._finish(prepared, grid, sums)
         return self
 
+    def select_bandwidth(self, bandwidth: float) -> PerspectiveSpace:
+        """A copy of this fit at another bandwidth of its grid, without recomputing sums.
+
+        A cross-validated fit keeps the kernel sums of every bandwidth it tried, so moving
+        between them costs one classical MDS. ``bandwidth`` must be one of
+        ``bandwidth_grid_`` (matched to 1e-9 relative).
+
+        Returns
+        -------
+        PerspectiveSpace
+            A fitted copy whose ``query_bandwidth_``, ``affinity_``, ``distance_matrix_`` and
+            ``embedding_`` are those of ``bandwidth``; ``cv_errors_`` is kept.
+        """
+        import copy
+
+        grid = np.asarray(self.bandwidth_grid_)
+        matches = np.flatnonzero(np.isclose(grid, bandwidth, rtol=1e-9, atol=0.0))
+        if matches.size == 0:
+            raise ValueError(
+                f"bandwidth {bandwidth!r} is not in this fit's grid {grid.tolist()}; refit"
+            )
+        index = int(matches[0])
+        chosen = copy.copy(self)
+        affinity, distance, embedding, eigenvalues, n_undefined, fallback = self._embed(
+            self.kernel_sums_[index]
+        )
+        chosen.query_bandwidth_ = float(grid[index])
+        chosen.affinity_path_ = self.affinity_reports_[index].path
+        chosen.affinity_error_ = self.affinity_reports_[index].error
+        chosen.affinity_ = affinity
+        chosen.distance_matrix_ = distance
+        chosen.embedding_ = embedding
+        chosen.eigenvalues_ = eigenvalues
+        chosen.n_undefined_pairs_ = n_undefined
+        chosen.self_pair_fallback_ = fallback
+        return chosen
+
     def update(self, records: pd.DataFrame):
         """Add responses (of new or existing models) and refit without recomputing everything.
 

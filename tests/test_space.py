@@ -101,3 +101,16 @@ def test_score_weight_changes_distances(cache):
     plain = PerspectiveSpace(query_bandwidth="median").fit(cache.records)
     weighted = PerspectiveSpace(query_bandwidth="median", score_weight=1.0).fit(cache.records)
     assert not np.allclose(plain.distance_matrix_, weighted.distance_matrix_)
+
+
+def test_select_bandwidth_equals_a_fixed_bandwidth_fit(cache):
+    cv = PerspectiveSpace().fit(cache.records)
+    sigma = cv.bandwidth_grid_[4]  # 1 × median
+    selected = cv.select_bandwidth(sigma)
+    fixed = PerspectiveSpace(query_bandwidth=sigma).fit(cache.records)
+    np.testing.assert_allclose(selected.distance_matrix_, fixed.distance_matrix_, atol=1e-12)
+    np.testing.assert_allclose(selected.embedding_, fixed.embedding_, atol=1e-10)
+    assert selected.query_bandwidth_ == sigma
+    assert cv.query_bandwidth_ != sigma or cv is not selected  # the original is untouched
+    with pytest.raises(ValueError, match="not in this fit's grid"):
+        cv.select_bandwidth(sigma * 1.5)
