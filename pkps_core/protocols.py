@@ -174,30 +174,31 @@ def subsample_cells(
     return frame[keep].reset_index(drop=True)
 
 
+def _keep_random(
+    records: pd.DataFrame, column: str, count: int | None, minimum: int, rng: np.random.Generator
+) -> pd.DataFrame:
+    """Keep the rows of ``count`` values of ``column`` drawn at random (all when None)."""
+    values = np.sort(records[column].unique())
+    if count is None or count >= len(values):
+        return records
+    if count < minimum:
+        raise ValueError(f"need at least {minimum} {column}(s), got {count}")
+    kept = rng.choice(values, size=count, replace=False)
+    return records[records[column].isin(kept)].reset_index(drop=True)
+
+
 def choose_cohort(
     records: pd.DataFrame, cohort: int | None, rng: np.random.Generator
 ) -> pd.DataFrame:
     """Keep ``cohort`` models drawn at random (all models when None or not smaller)."""
-    models = np.sort(records["model"].unique())
-    if cohort is None or cohort >= len(models):
-        return records
-    if cohort < 2:
-        raise ValueError(f"cohort must be at least 2 models, got {cohort}")
-    kept = rng.choice(models, size=cohort, replace=False)
-    return records[records["model"].isin(kept)].reset_index(drop=True)
+    return _keep_random(records, "model", cohort, 2, rng)
 
 
 def choose_tasks(
     records: pd.DataFrame, n_tasks: int | None, rng: np.random.Generator
 ) -> pd.DataFrame:
     """Keep ``n_tasks`` tasks drawn at random (all tasks when None or not smaller)."""
-    tasks = np.sort(records["task"].unique())
-    if n_tasks is None or n_tasks >= len(tasks):
-        return records
-    if n_tasks < 1:
-        raise ValueError(f"n_tasks must be at least 1, got {n_tasks}")
-    kept = rng.choice(tasks, size=n_tasks, replace=False)
-    return records[records["task"].isin(kept)].reset_index(drop=True)
+    return _keep_random(records, "task", n_tasks, 1, rng)
 
 
 def cover_cells(cells: pd.DataFrame, p_task: float, rng: np.random.Generator) -> np.ndarray:
