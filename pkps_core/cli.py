@@ -151,13 +151,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from pkps_core.predict import mean_absolute_error, predict
 
     records = _input_records(args)
-    space_params = {
-        "query_bandwidth": args.bandwidth,
-        "response_kernel": args.response_kernel,
-        "self_pairs": args.self_pairs,
-        "n_components": args.components,
-        "random_state": args.seed,
-    }
+    space_params = _space_params(args)
     started = time.perf_counter()
     predictions = predict(
         records,
@@ -166,16 +160,82 @@ def cmd_predict(args: argparse.Namespace) -> int:
         targets=args.targets,
         space_params=space_params,
         n_neighbors=args.neighbors,
+        intervals=args.interval,
     )
     elapsed = time.perf_counter() - started
     _write_table(predictions, args.out)
     print(f"wrote {len(predictions)} predictions to {args.out} in {elapsed:.1f} s")
+    if args.interval is not None:
+        flagged = predictions.groupby("method")["extrapolation"].sum()
+        print(
+            f"{args.interval:.0%} conformal intervals in lower/upper; extrapolation warnings: "
+            + ", ".join(f"{m} {int(n)}" for m, n in flagged.items())
+        )
     mae = mean_absolute_error(predictions)
     if len(mae):
         print("MAE against reference_score (all cells with a reference):")
         for method, value in mae.items():
             print(f"  {method:<10} {value:.4f}")
     return 0
+
+
+def _space_params(args: argparse.Namespace) -> dict:
+    return {
+        "query_bandwidth": args.bandwidth,
+        "response_kernel": args.response_kernel,
+        "self_pairs": args.self_pairs,
+        "n_components": args.components,
+        "random_state": args.seed,
+    }
+
+
+def cmd_next(args: argparse.Namespace) -> int:
+    from pkps_core.predict import predict
+    from pkps_core.trust import next_cells, task_query_counts
+
+    records = _input_records(args)
+    if args.target not in set(records["model"].astype(str)):
+        raise RecordsError(f"unknown target model {args.target!r}; it is not in the input")
+    if args.top < 1:
+        raise RecordsError("--top must be at least 1")
+    started = time.perf_counter()
+    predictions = predict(
+        records,
+        [args.method],
+        holdout=args.holdout,
+        space_params=_space_params(args),
+        n_neighbors=args.neighbors,
+        intervals=args.interval,
+    )
+    ranking = next_cells(
+        predictions,
+        args.target,
+        method=args.method,
+        top=args.top,
+        task_queries=task_query_counts(records),
+    )
+    elapsed = time.perf_counter() - started
+    if not len(ranking):
+        print(f"{args.target}: every cell is fully observed; nothing left to evaluate")
+        return 0
+    print(
+        f"cells of {args.target} to evaluate next, widest {args.interval:.0%} interval "
+        f"({args.method}) first ({elapsed:.1f} s):"
+    )
+    shown = ranking.drop(columns=["model", "method"])
+    with pd.option_context("display.width", 200, "display.max_colwidth", 80):
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    return 0
+
+
+def _interval_level(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), got {text!r}")
+    return value
 
 
 def _number_list(kind, *, allow_full: bool = False):
@@ -263,6 +323,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interval_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--interval",
+        type=_interval_level,
+        default=0.9,
+        help="level of the conformal intervals in lower/upper, with extrapolation warnings "
+        "(default 0.9)",
+    )
+    group.add_argument(
+        "--no-interval",
+        dest="interval",
+        action="store_const",
+        const=None,
+        help="skip intervals and warnings (faster; lower/upper stay empty)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pkps_core",
@@ -297,7 +375,28 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--components", type=int, default=8, help="MDS dimension d")
     pred.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
     pred.add_argument("--seed", type=int, default=0)
+    _interval_arguments(pred)
     pred.set_defaults(run=cmd_predict)
+
+    nxt = sub.add_parser(
+        "next", help="rank a model's missing or thinly observed cells by interval width"
+    )
+    nxt.add_argument("--input", help="canonical .csv or .parquet")
+    nxt.add_argument("--db", help="a store made by `ingest` (instead of --input)")
+    nxt.add_argument("--target", required=True, help="the model whose cells to rank")
+    nxt.add_argument("--top", type=int, default=10, help="how many cells to show")
+    nxt.add_argument("--method", default="pkps", help="whose intervals rank the cells")
+    nxt.add_argument("--holdout", choices=["model", "family"], default="model")
+    nxt.add_argument("--bandwidth", type=_bandwidth, default="cv", help="cv | median | FLOAT")
+    nxt.add_argument("--response-kernel", choices=["linear", "rbf", "cosine"], default="linear")
+    nxt.add_argument("--self-pairs", choices=["include", "exclude"], default="include")
+    nxt.add_argument("--components", type=int, default=8, help="MDS dimension d")
+    nxt.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
+    nxt.add_argument("--seed", type=int, default=0)
+    nxt.add_argument(
+        "--interval", type=_interval_level, default=0.9, help="interval level (default 0.9)"
+    )
+    nxt.set_defaults(run=cmd_next)
 
     ingest = sub.add_parser("ingest", help="import files/folders into a DuckDB store")
     ingest.add_argument("paths", nargs="+", help="files or folders (any supported format)")

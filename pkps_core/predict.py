@@ -28,6 +28,10 @@ OUTPUT_COLUMNS = (
     "n_responses",
     "reference_score",
     "note",
+    "lower",
+    "upper",
+    "extrapolation",
+    "extrapolation_reason",
 )
 
 
@@ -192,6 +196,7 @@ def predict(
     space_params: dict | None = None,
     n_neighbors: int = 5,
     embedder=None,
+    intervals: float | None = None,
 ) -> pd.DataFrame:
     """Predict every (model, task) cell with each method.
 
@@ -210,13 +215,20 @@ def predict(
         :class:`~pkps_core.space.PerspectiveSpace` parameters (e.g. ``query_bandwidth``).
     n_neighbors : int, default=5
         K of the distance-weighted KNN regression.
+    intervals : float, optional
+        Coverage level of the per-cell conformal intervals (e.g. 0.9) and compute the
+        extrapolation warnings (:mod:`pkps_core.trust`); None (default, the protocols'
+        sweeps) leaves ``lower``/``upper`` NaN and ``extrapolation`` False. Calibration
+        re-runs each method once per family fold, so it costs several predictions.
 
     Returns
     -------
     DataFrame
         One row per (model, task, method) with :data:`OUTPUT_COLUMNS`; ``sample_score`` is
         NaN for a missing cell, ``reference_score`` NaN where unknown, ``note`` says why a
-        prediction is missing.
+        prediction is missing; ``lower``/``upper`` bound the prediction at the
+        ``intervals`` level, ``extrapolation`` flags cells beyond the references and
+        ``extrapolation_reason`` says why.
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -236,10 +248,22 @@ def predict(
         )
     )
     n_models, n_tasks = len(context.models), len(context.tasks)
+    results = {name: METHODS[name](context) for name in methods}
     frames = []
     for name in methods:
-        result = METHODS[name](context)
+        result = results[name]
         notes = result.notes if result.notes is not None else np.full((n_models, n_tasks), "")
+        if intervals is None:
+            trust = {
+                "lower": np.full((n_models, n_tasks), np.nan),
+                "upper": np.full((n_models, n_tasks), np.nan),
+                "extrapolation": np.zeros((n_models, n_tasks), dtype=bool),
+                "extrapolation_reason": np.full((n_models, n_tasks), "", dtype=object),
+            }
+        else:
+            from pkps_core.trust import trust_columns
+
+            trust = trust_columns(context, name, result.prediction, intervals)
         frames.append(
             pd.DataFrame(
                 {
@@ -251,6 +275,12 @@ def predict(
                     "n_responses": context.n_responses.ravel(),
                     "reference_score": context.reference_score.ravel(),
                     "note": np.asarray(notes, dtype=object).ravel(),
+                    "lower": trust["lower"].ravel(),
+                    "upper": trust["upper"].ravel(),
+                    "extrapolation": trust["extrapolation"].ravel(),
+                    "extrapolation_reason": np.asarray(
+                        trust["extrapolation_reason"], dtype=object
+                    ).ravel(),
                 }
             )
         )

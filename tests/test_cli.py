@@ -17,6 +17,10 @@ COLUMNS = [
     "n_responses",
     "reference_score",
     "note",
+    "lower",
+    "upper",
+    "extrapolation",
+    "extrapolation_reason",
 ]
 
 
