@@ -6,12 +6,22 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pages import shared
-from pkps_core import views
+from pkps_core import trust, views
 from pkps_core.kernels import RESPONSE_KERNELS
-from pkps_core.predict import METHODS
+from pkps_core.predict import METHODS, predict
 from pkps_core.records import RecordsError
 
 DEFAULT_METHODS = ("sample", "dkps", "pkps")
+INTERVAL_LEVEL = 0.9
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def predict_with_intervals(*key_and_method) -> pd.DataFrame:
+    """:func:`shared.predict_method` plus 90 % conformal intervals and warnings."""
+    *key, method = key_and_method
+    context = shared.prediction_context(*key)
+    return predict(context, [method], intervals=INTERVAL_LEVEL)
+
 
 st.title("Predictions")
 path, version = shared.require_data()
@@ -25,6 +35,7 @@ defaults = {
     "holdout": "family",
     "bandwidth": "cv",
     "response_kernel": "linear",
+    "intervals": True,
 }
 settings = st.session_state.setdefault("prediction_settings", defaults)
 with st.form("prediction_form"):
@@ -49,6 +60,12 @@ with st.form("prediction_form"):
         RESPONSE_KERNELS,
         index=list(RESPONSE_KERNELS).index(settings["response_kernel"]),
     )
+    intervals = st.checkbox(
+        f"{INTERVAL_LEVEL:.0%} intervals and extrapolation warnings",
+        value=settings.get("intervals", True),
+        help="Conformal intervals calibrated on held-out families' residuals; re-runs each "
+        "method once per family fold, so it takes several times longer.",
+    )
     if st.form_submit_button("Predict", type="primary"):
         settings = {
             "methods": methods,
@@ -56,6 +73,7 @@ with st.form("prediction_form"):
             "holdout": holdout,
             "bandwidth": bandwidth,
             "response_kernel": response_kernel,
+            "intervals": intervals,
         }
         st.session_state["prediction_settings"] = settings
 
@@ -77,7 +95,8 @@ with st.status("Predicting…", expanded=False) as status:
     for done, method in enumerate(settings["methods"], start=1):
         status.update(label=f"Predicting with {method} ({done}/{len(settings['methods'])})…")
         try:
-            frames.append(shared.predict_method(*key, method))
+            run = predict_with_intervals if settings.get("intervals") else shared.predict_method
+            frames.append(run(*key, method))
         except (RecordsError, ValueError) as exc:
             status.update(label=f"{method} failed", state="error", expanded=True)
             shared.alert("error", "A method could not run.", f"{method}: {exc}")
@@ -103,18 +122,42 @@ st.dataframe(
     mae, width="stretch", column_config={"MAE": st.column_config.NumberColumn(format="%.4f")}
 )
 
-scored = predictions.dropna(subset=["prediction", "reference_score"])
+has_intervals = predictions["lower"].notna().any()
+if has_intervals:
+    st.caption(
+        f"{INTERVAL_LEVEL:.0%} intervals: coverage of the references (cells scored under "
+        "the chosen holdout), mean width, and cells warned as extrapolation."
+    )
+    st.dataframe(
+        views.interval_table(predictions, evaluated),
+        width="stretch",
+        column_config={
+            "coverage": st.column_config.NumberColumn(format="%.3f"),
+            "mean_width": st.column_config.NumberColumn(format="%.4f"),
+        },
+    )
+
+scored = views.error_bar_frame(predictions)
 if evaluated:
     scored = scored[scored["model"].isin(evaluated)]
 if len(scored):
     st.subheader("Predicted vs reference")
+    if has_intervals:
+        st.caption(
+            f"Error bars: the {INTERVAL_LEVEL:.0%} interval. Diamonds: cells warned as "
+            "extrapolation."
+        )
     figure = px.scatter(
         scored,
         x="reference_score",
         y="prediction",
         facet_col="method",
         facet_col_wrap=4,
-        hover_data=["model", "task", "sample_score", "n_responses"],
+        hover_data=["model", "task", "sample_score", "n_responses", "lower", "upper"],
+        error_y="err_plus" if has_intervals else None,
+        error_y_minus="err_minus" if has_intervals else None,
+        symbol="extrapolation" if has_intervals else None,
+        symbol_map={True: "diamond", False: "circle"},
         opacity=0.7,
     )
     low = float(min(scored["reference_score"].min(), scored["prediction"].min()))
@@ -151,17 +194,55 @@ else:
 
 # ---------------------------------------------------------------------- cells
 st.header("Cells")
-wide = predictions.pivot_table(
-    index=["model", "task"], columns="method", values="prediction", dropna=False, sort=True
-).reindex(columns=settings["methods"])
-cell_info = predictions.drop_duplicates(["model", "task"]).set_index(["model", "task"])[
-    ["sample_score", "n_responses", "reference_score"]
-]
-table = cell_info.join(wide).reset_index()
+table = views.cell_overview(predictions, settings["methods"])
 chosen_models = st.multiselect("Show models", models, key="cell_models")
 if chosen_models:
     table = table[table["model"].isin(chosen_models)]
-st.dataframe(table, hide_index=True, width="stretch")
+if has_intervals:
+    st.caption(
+        f"Highlighted: {int(table['extrapolation'].sum())} cell(s) whose prediction "
+        "extrapolates beyond the references (outside their region of the perspective space, "
+        "at the edge of their score range, or with an own sample score beyond it)."
+    )
+    shown = table.style.apply(
+        lambda row: ["background-color: #fde2b8" if row["extrapolation"] else ""] * len(row),
+        axis=1,
+    )
+else:
+    shown = table
+st.dataframe(shown, hide_index=True, width="stretch")
+
+# ---------------------------------------------------------------------- next
+if has_intervals:
+    st.header("What to evaluate next")
+    st.caption(
+        "A model's missing or thinly observed cells, widest interval first: where an extra "
+        "query is likely to help most."
+    )
+    picks = st.columns(2)
+    next_target = picks[0].selectbox(
+        "Model", models, index=models.index(evaluated[0]) if evaluated else 0, key="next_model"
+    )
+    with_interval = [
+        m
+        for m in settings["methods"]
+        if predictions.loc[predictions["method"] == m, "lower"].notna().any()
+    ]
+    if not with_interval:
+        st.info("None of the chosen methods could be calibrated on these references.")
+    else:
+        preferred = next((m for m in ("ensemble", "pkps") if m in with_interval), None)
+        next_method = picks[1].selectbox(
+            "Intervals of",
+            with_interval,
+            index=with_interval.index(preferred) if preferred else 0,
+            key="next_method",
+        )
+        ranking = trust.next_cells(predictions, next_target, method=next_method, top=10)
+        if len(ranking):
+            st.dataframe(ranking, hide_index=True, width="stretch")
+        else:
+            st.info("Every cell of this model is as observed as its task allows.")
 
 # ---------------------------------------------------------------------- export
 st.header("Export")

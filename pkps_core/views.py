@@ -579,3 +579,73 @@ def coordinates_export(summaries: dict[str, SpaceSummary]) -> pd.DataFrame:
     frames = [s.coordinates.assign(space=name) for name, s in summaries.items()]
     combined = pd.concat(frames, ignore_index=True)
     return combined[["space", *[c for c in combined.columns if c != "space"]]]
+
+
+# ---------------------------------------------------------------------- trust
+
+
+def error_bar_frame(predictions: pd.DataFrame) -> pd.DataFrame:
+    """Scored cells with the distances from the prediction to ``lower`` and ``upper``
+    (``err_minus``, ``err_plus``; NaN without an interval), for plotly's error bars."""
+    frame = predictions.dropna(subset=["prediction", "reference_score"]).copy()
+    frame["err_plus"] = frame["upper"] - frame["prediction"]
+    frame["err_minus"] = frame["prediction"] - frame["lower"]
+    frame["inside"] = (frame["lower"] <= frame["reference_score"]) & (
+        frame["reference_score"] <= frame["upper"]
+    )
+    return frame
+
+
+def interval_table(predictions: pd.DataFrame, models: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per method: coverage of the references by the intervals, mean width, warned cells.
+
+    Returns
+    -------
+    DataFrame
+        Index ``method``; columns ``coverage`` (share of cells with a reference and an
+        interval whose reference lies inside), ``mean_width``, ``cells_with_interval``,
+        ``extrapolation_cells``.
+    """
+    frame = predictions if models is None else predictions[predictions["model"].isin(models)]
+    methods = list(dict.fromkeys(predictions["method"]))
+    bars = error_bar_frame(frame).dropna(subset=["lower", "upper"])
+    with_interval = frame.dropna(subset=["lower", "upper"])
+    table = pd.DataFrame(
+        {
+            "coverage": bars.groupby("method")["inside"].mean(),
+            "mean_width": (with_interval["upper"] - with_interval["lower"])
+            .groupby(with_interval["method"])
+            .mean(),
+            "cells_with_interval": with_interval.groupby("method").size(),
+            "extrapolation_cells": frame.groupby("method")["extrapolation"].sum(),
+        }
+    ).reindex(methods)
+    table.index.name = "method"
+    for column in ("cells_with_interval", "extrapolation_cells"):
+        table[column] = table[column].fillna(0).astype(int)
+    return table
+
+
+def cell_overview(predictions: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
+    """One row per (model, task): the cell's facts, each method's prediction, and the
+    extrapolation warnings (``extrapolation``: any method warned; ``extrapolation_reason``:
+    ``method: reason`` for each method that did)."""
+    wide = predictions.pivot_table(
+        index=["model", "task"], columns="method", values="prediction", dropna=False, sort=True
+    ).reindex(columns=list(methods))
+    info = predictions.drop_duplicates(["model", "task"]).set_index(["model", "task"])[
+        ["sample_score", "n_responses", "reference_score"]
+    ]
+    warned = predictions[predictions["extrapolation"].astype(bool)]
+    reasons = (
+        (warned["method"] + ": " + warned["extrapolation_reason"])
+        .groupby([warned["model"], warned["task"]])
+        .agg(" | ".join)
+        .rename("extrapolation_reason")
+    )
+    table = info.join(wide).join(reasons)
+    table["extrapolation_reason"] = table["extrapolation_reason"].fillna("")
+    table.insert(
+        len(info.columns) + len(wide.columns), "extrapolation", table["extrapolation_reason"] != ""
+    )
+    return table.reset_index()

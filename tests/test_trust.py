@@ -233,3 +233,28 @@ def test_cli_predict_writes_intervals_and_next_prints_a_ranking(sparse_predictio
 
     done = _run("next", "--input", str(path), "--target", "nobody", "--bandwidth", "median")
     assert done.returncode == 2 and "unknown target model" in done.stderr
+
+
+# ---------------------------------------------------------------- the app
+
+
+def test_predictions_page_shows_error_bars_warnings_and_next_cells(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from pages import shared
+    from pkps_core.demo import ensure_demo_store
+
+    monkeypatch.setenv(shared.STORE_ENV, str(ensure_demo_store(tmp_path / "demo.duckdb")))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.switch_page("pages/predictions.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    headers = [h.value for h in at.header]
+    assert "What to evaluate next" in headers
+    scatter = next(c for c in at.get("plotly_chart") if c.key == "predicted_vs_true")
+    assert '"error_y"' in scatter.proto.spec and '"arrayminus"' in scatter.proto.spec
+    ranking = at.dataframe[-1].value
+    assert list(ranking.columns) == list(NEXT_COLUMNS)
+    widths = ranking["width"].to_numpy(dtype=float)
+    assert np.all(np.diff(widths[np.isfinite(widths)]) <= 1e-12)
+    cells = next(d.value for d in at.dataframe if "extrapolation_reason" in d.value.columns)
+    assert cells["extrapolation"].dtype == bool
