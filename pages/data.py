@@ -23,8 +23,13 @@ st.caption(
     "a .zip for folder formats (HELM run, AlpacaEval results). Several files are imported "
     "together: if any is invalid, nothing is stored."
 )
+upload_limit = st.get_option("server.maxUploadSize")
 uploads = st.file_uploader(
     "Response caches", type=list(views.UPLOAD_TYPES), accept_multiple_files=True, key="upload"
+)
+st.caption(
+    f"Up to {upload_limit} MB per file (the server's `maxUploadSize` in "
+    "`.streamlit/config.toml`; larger caches: `python -m pkps_core ingest`)."
 )
 active = shared.active_path()
 destinations = ["the active store", "a new store"]

@@ -20,12 +20,17 @@ Tables
 
 All SQL is parameterised; user strings travel only as bound values or registered Arrow
 tables, never as SQL text. One connection per :class:`Store`; each operation runs on its
-own cursor, so a store can be shared across threads (e.g. ``st.cache_resource``).
+own cursor, so a store can be shared across threads (e.g. ``st.cache_resource``). Writes
+(ingests, new embeddings) to one file are serialised by a per-file lock: DuckDB's
+optimistic concurrency would otherwise abort the second of two concurrent ingests
+("Conflict on update" of the version counter). Other processes cannot open a file that
+one process holds open for writing (DuckDB's file lock).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,18 +47,7 @@ from pkps_core.records import CANONICAL_COLUMNS, RecordsError, validate_records
 
 _SCALAR_COLUMNS = ("query", "response", "score", "reference_score")
 _EMBEDDING_COLUMNS = ("query_embedding", "response_embedding")
-_CONTENT_COLUMNS = (
-    "model",
-    "task",
-    "query_id",
-    "query",
-    "response",
-    "score",
-    "family",
-    "reference_score",
-    "query_embedding",
-    "response_embedding",
-)
+_CONTENT_COLUMNS = CANONICAL_COLUMNS  # the canonical schema, in its order
 _SCHEMA = (
     """
     CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value BIGINT NOT NULL)
@@ -138,6 +132,19 @@ class IngestReport:
         return text
 
 
+_WRITE_LOCKS: dict[str, threading.RLock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _write_lock(path: str) -> threading.RLock:
+    """The lock every writer to the database file ``path`` holds (one per process and file:
+    two :class:`Store` objects on one file share DuckDB's database instance)."""
+    if path == ":memory:":
+        return threading.RLock()
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(str(Path(path).resolve()), threading.RLock())
+
+
 def text_hash(text: str) -> str:
     """sha256 hex digest of the UTF-8 text (the same as DuckDB's ``sha256``)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -209,7 +216,8 @@ class Store:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._connection = duckdb.connect(self.path)
-        with self._cursor() as cur:
+        self._write_lock = _write_lock(self.path)
+        with self._write_lock, self._cursor() as cur:
             for statement in _SCHEMA:
                 cur.execute(statement)
 
@@ -269,7 +277,7 @@ class Store:
         frame = validate_records(records)
         dropped = tuple(c for c in frame.columns if c not in CANONICAL_COLUMNS)
         incoming = self._incoming_table(frame, source)
-        with self._cursor() as cur:
+        with self._write_lock, self._cursor() as cur:
             self._check_embedding_lengths(cur, frame)
             cur.register("incoming", incoming)
             cur.execute("BEGIN TRANSACTION")
@@ -482,7 +490,9 @@ class Store:
         key = f"{template.name}|{kind}"
         wanted = frame.drop_duplicates(f"{kind}_hash")
         wanted_hashes = pa.table({"text_hash": pa.array(wanted[f"{kind}_hash"].tolist())})
-        with self._cursor() as cur:
+        # Under the write lock: two sessions embedding the same new texts would otherwise
+        # both fit an embedder and insert the same keys.
+        with self._write_lock, self._cursor() as cur:
             cur.register("wanted", wanted_hashes)
             cached = _arrow_table(
                 cur,
@@ -540,7 +550,7 @@ class Store:
 
     def reset_embeddings(self) -> None:
         """Drop cached vectors and fitted embedders; the next read refits on all texts."""
-        with self._cursor() as cur:
+        with self._write_lock, self._cursor() as cur:
             cur.execute("BEGIN TRANSACTION")
             cur.execute("DELETE FROM embeddings")
             cur.execute("DELETE FROM embedders")

@@ -1,0 +1,281 @@
+"""Real-browser helpers, modelled on Streamlit's own ``e2e_playwright/conftest.py``.
+
+A fixture starts ``streamlit run app.py`` on a free loopback port with its own temporary
+store (``PKPS_STORE``), polls ``/_stcore/health`` and, per page, waits for the script to
+finish (``[data-testid='stApp'][data-test-script-state='notRunning']``). Playwright drives
+Debian's Chromium through ``executable_path`` (Playwright's own browser download is not
+used): ``$PKPS_CHROMIUM``, else ``/usr/bin/chromium-headless-shell``, else
+``/usr/bin/chromium``. The tests skip only when none of these exists; ``.ci/run``
+installs ``chromium-headless-shell``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts" / "screenshots"
+DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
+# Set PKPS_UPDATE_SCREENSHOTS=1 to also refresh the README's committed screenshots.
+UPDATE_DOCS = os.environ.get("PKPS_UPDATE_SCREENSHOTS", "") == "1"
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+VIEWPORT = {"width": 1280, "height": 800}
+STARTUP_TIMEOUT = 90.0
+SCRIPT_TIMEOUT_MS = 240_000
+
+
+def chromium_executable() -> str | None:
+    """The Chromium binary to drive, or None when there is none."""
+    override = os.environ.get("PKPS_CHROMIUM", "").strip()
+    candidates = (override,) if override else CHROMIUM_CANDIDATES
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident memory of a live process (``VmHWM``), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for process {pid}")
+
+
+@dataclass
+class AppServer:
+    """One ``streamlit run app.py`` process on a loopback port, over one store file."""
+
+    store: Path
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> AppServer:
+        self.port = free_port()
+        env = os.environ | {"PKPS_STORE": str(self.store), "PYTHONUNBUFFERED": "1"} | self.env
+        command = [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(self.port),
+            "--server.fileWatcherType",
+            "none",
+            "--browser.gatherUsageStats",
+            "false",
+        ]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._wait_healthy()
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"streamlit exited early:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"streamlit not healthy after {STARTUP_TIMEOUT} s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the server (no cleanup, as in a crash or an OOM kill)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def peak_rss_mb(self) -> float:
+        return peak_rss_mb(self.process.pid)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class Session:
+    """A browser tab with what it saw: console errors, page errors, dialogs."""
+
+    page: object
+    console_errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+
+    def open(self, server: AppServer, path: str = "") -> Session:
+        self.page.goto(f"{server.url}/{path}")
+        wait_for_app(self.page)
+        return self
+
+    @property
+    def main(self):
+        """The page's main area (the sidebar has headings of its own)."""
+        return self.page.get_by_test_id("stMain")
+
+    def assert_clean(self) -> None:
+        """No Streamlit exception element, no console or page error, no dialog."""
+        exceptions = self.page.get_by_test_id("stException")
+        assert exceptions.count() == 0, exceptions.first.inner_text()
+        assert not self.console_errors, self.console_errors
+        assert not self.dialogs, self.dialogs
+
+
+def wait_for_app(page, timeout: float = SCRIPT_TIMEOUT_MS) -> None:
+    """Wait until the app is connected and its script run has finished (Streamlit's
+    ``wait_for_app_run``)."""
+    page.wait_for_timeout(250)
+    page.wait_for_selector(
+        "[data-testid='stApp'][data-test-connection-state='CONNECTED']", timeout=timeout
+    )
+    page.wait_for_selector(
+        "[data-testid='stApp'][data-test-script-state='notRunning']", timeout=timeout
+    )
+    page.wait_for_timeout(150)
+
+
+def screenshot(page, name: str) -> Path:
+    """Save the viewport as ``artifacts/screenshots/<name>.png`` (git-ignored); with
+    ``PKPS_UPDATE_SCREENSHOTS=1`` also as the README's ``docs/screenshots/<name>.png``."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    target = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(target))
+    if UPDATE_DOCS:
+        DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(target, DOCS_SCREENSHOTS / f"{name}.png")
+    return target
+
+
+# ---------------------------------------------------------------------- page helpers
+
+
+def go_to(session: Session, title: str) -> None:
+    """Open a page through the sidebar navigation, as a user does (a deep link would
+    make Streamlit probe ``/<page>/_stcore/health`` first, a 404 in the console)."""
+    link = session.page.get_by_test_id("stSidebarNavLink").filter(has_text=title)
+    href = link.get_attribute("href")
+    link.click()
+    session.page.wait_for_url(href)
+    wait_for_app(session.page)
+    session.main.get_by_test_id("stHeading").filter(has_text=title).first.wait_for()
+
+
+def nav_titles(session: Session) -> list[str]:
+    links = session.page.get_by_test_id("stSidebarNavLink").all()
+    return [link.inner_text().split("\n")[-1].strip() for link in links]
+
+
+def wait_for_charts(page, count: int) -> None:
+    """Wait until ``count`` Plotly charts are drawn (they render after the script ends)."""
+    page.wait_for_function(
+        "n => document.querySelectorAll('.js-plotly-plot .plot-container').length >= n", arg=count
+    )
+
+
+def plotly_figures(page) -> list[dict]:
+    """Every Plotly chart on the page, in page order: per trace its type, its number of
+    drawn points (``calcdata``) and its x / y / customdata as plain lists."""
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => ({
+            traces: gd._fullData.map((t, i) => ({
+                type: t.type,
+                points: gd.calcdata[i].length,
+                x: Array.from(t.x || []),
+                y: Array.from(t.y || []),
+                customdata: t.customdata ? Array.from(t.customdata) : [],
+            })),
+        }))"""
+    )
+
+
+def watch(page, selector: str, name: str) -> None:
+    """Record, in ``window[name]``, the text of every element matching ``selector`` as it
+    appears or changes (a progress bar may come and go between two polls)."""
+    page.evaluate(
+        """([selector, name]) => {
+            window[name] = [];
+            const seen = () => document.querySelectorAll(selector).forEach(el => {
+                const text = el.innerText;
+                const log = window[name];
+                if (!log.length || log[log.length - 1] !== text) log.push(text);
+            });
+            new MutationObserver(seen).observe(document.body,
+                {subtree: true, childList: true, characterData: true, attributes: true});
+        }""",
+        [selector, name],
+    )
+
+
+def watched(page, name: str) -> list[str]:
+    return page.evaluate(f"window[{name!r}]")
+
+
+def upload(session: Session, *files: tuple[str, bytes]) -> None:
+    """Put files into the Data page's uploader and wait until they are listed."""
+    uploader = session.page.get_by_test_id("stFileUploaderDropzoneInput")
+    uploader.set_input_files(
+        [{"name": name, "mimeType": "text/csv", "buffer": data} for name, data in files]
+    )
+    wait_for_app(session.page)
+
+
+def import_button(session: Session):
+    return session.page.get_by_test_id("stButton").filter(has_text="Import").locator("button")
+
+
+def upload_and_import(session: Session, *files: tuple[str, bytes]) -> None:
+    upload(session, *files)
+    import_button(session).click()
+    wait_for_app(session.page)
+    session.page.get_by_test_id("stAlertContentSuccess").or_(
+        session.page.get_by_test_id("stAlertContentError")
+    ).first.wait_for()

@@ -1,0 +1,129 @@
+"""The app in a real browser on the demo store: every page, the scatters, the export,
+an Experiments sweep. Each page is saved as a screenshot (``artifacts/screenshots``)."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+from app_utils import (
+    go_to,
+    nav_titles,
+    plotly_figures,
+    screenshot,
+    wait_for_app,
+    wait_for_charts,
+    watch,
+    watched,
+)
+from playwright.sync_api import expect
+
+from pkps_core.demo import DEMO_SETTINGS
+from pkps_core.predict import OUTPUT_COLUMNS
+
+pytestmark = pytest.mark.browser
+
+N_MODELS = DEMO_SETTINGS["n_models"]
+N_TASKS = DEMO_SETTINGS["n_tasks"]
+DOCUMENTED_COLUMNS = [
+    "model",
+    "task",
+    "method",
+    "prediction",
+    "sample_score",
+    "n_responses",
+    "reference_score",
+    "note",
+]
+
+
+def test_every_page_renders_without_errors(demo_server, new_session):
+    session = new_session().open(demo_server)
+    expect(session.main.get_by_test_id("stHeading").first).to_have_text("Perspective Explorer")
+    expect(session.main.get_by_test_id("stMetricValue").first).to_have_text(str(N_MODELS))
+    session.assert_clean()
+    screenshot(session.page, "home")
+    for title, name in [
+        ("Data", "data"),
+        ("Perspective space", "space"),
+        ("Predictions", "predictions"),
+    ]:
+        go_to(session, title)
+        wait_for_charts(session.page, 2)
+        session.assert_clean()
+        screenshot(session.page, name)
+
+
+def test_perspective_scatters_and_bandwidth_slider(demo_server, new_session):
+    session = new_session().open(demo_server)
+    go_to(session, "Perspective space")
+    page = session.page
+    wait_for_charts(page, 2)
+    scatters = [f for f in plotly_figures(page) if len(f["traces"]) == 2][-2:]
+    assert [sum(t["points"] for t in f["traces"]) for f in scatters] == [N_MODELS, N_MODELS]
+    models = {row[0] for f in scatters for t in f["traces"] for row in t["customdata"]}
+    assert len(models) == N_MODELS
+    caption = page.get_by_text("Query bandwidth σ =")
+    cross_validated = caption.inner_text()
+
+    # Switch cross-validation off: the slider (0.3 × median) takes over.
+    page.get_by_test_id("stCheckbox").filter(has_text="Cross-validate").locator("label").click()
+    wait_for_app(page)
+    slider = page.get_by_test_id("stSlider").filter(has_text="Bandwidth").get_by_role("slider")
+    assert slider.get_attribute("aria-valuetext") == "0.3 ×"
+    before = plotly_figures(page)[-2]["traces"][0]["x"]
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    wait_for_app(page)
+    assert slider.get_attribute("aria-valuetext") == "1 ×"
+    assert "(1 × the median query distance" in caption.inner_text()
+    assert caption.inner_text() != cross_validated
+    after = plotly_figures(page)[-2]
+    assert sum(t["points"] for t in after["traces"]) == N_MODELS
+    assert after["traces"][0]["x"] != before, "the PKPS scatter did not re-render"
+    session.assert_clean()
+
+
+def test_predictions_export_has_one_row_per_cell_and_method(demo_server, new_session):
+    session = new_session().open(demo_server)
+    go_to(session, "Predictions")
+    button = session.page.get_by_test_id("stDownloadButton").filter(has_text="Predictions (CSV)")
+    with session.page.expect_download() as download_info:
+        button.click()
+    download = download_info.value
+    assert download.suggested_filename == "predictions.csv"
+    exported = pd.read_csv(download.path())
+    # The README's columns first, then whatever pkps_core.predict adds (intervals).
+    assert list(exported.columns)[: len(DOCUMENTED_COLUMNS)] == DOCUMENTED_COLUMNS
+    assert list(exported.columns) == list(OUTPUT_COLUMNS)
+    assert set(exported["method"]) == {"sample", "dkps", "pkps"}
+    assert len(exported) == N_MODELS * N_TASKS * 3
+    assert not exported.duplicated(["model", "task", "method"]).any()
+    assert exported["model"].nunique() == N_MODELS
+    assert exported.loc[exported["method"] == "pkps", "prediction"].notna().all()
+    session.assert_clean()
+
+
+def test_experiments_sweep_runs_with_a_progress_bar(demo_server, new_session):
+    session = new_session().open(demo_server)
+    if "Experiments" not in nav_titles(session):
+        pytest.skip("the Experiments page is not in app.py's navigation yet")
+    go_to(session, "Experiments")
+    page = session.page
+    session.assert_clean()
+    seeds = page.get_by_test_id("stNumberInput").filter(has_text="Seeds").locator("input")
+    seeds.fill("2")
+    watch(page, "[data-testid='stProgress']", "progress")
+    page.get_by_test_id("stFormSubmitButton").filter(has_text="Run").locator("button").click()
+    wait_for_app(page)
+    session.main.get_by_test_id("stHeading").filter(has_text="MAE per method").wait_for()
+    progress = watched(page, "progress")
+    assert any("Seed 1 of 2 done" in text for text in progress), progress
+    assert page.get_by_test_id("stPlotlyChart").count() >= 1
+    session.assert_clean()
+    screenshot(page, "experiments")
+    with page.expect_download() as download_info:
+        page.get_by_test_id("stDownloadButton").filter(has_text="long results").click()
+    long = pd.read_csv(io.BytesIO(open(download_info.value.path(), "rb").read()))
+    assert set(long["seed"]) == {0, 1}
