@@ -451,6 +451,14 @@ def extrapolation_warnings(
     -------
     flags : ndarray of bool (n_models, n_tasks)
     reasons : ndarray of str (n_models, n_tasks), "" where not flagged
+
+    Notes
+    -----
+    The region threshold comes from the references as they are observed. A model observed
+    with far fewer responses than the references sits farther from everyone in the space
+    (see the self-pairs note in DESIGN.md), so thinly observed targets among fully observed
+    references are flagged more often than their errors justify
+    (``bench/trust_table.py`` measures it).
     """
     shape = (len(context.models), len(context.tasks))
     flags = np.zeros(shape, dtype=bool)
@@ -490,12 +498,12 @@ def extrapolation_warnings(
             if at_least[i, t] < edge_count[i, t]:
                 why.append(
                     f"prediction at the top of the references' range ({at_least[i, t]} of "
-                    f"{n_refs[i, t]} references as high; max {ref_max[i, t]:.3g})"
+                    f"{n_refs[i, t]} references as high, max {ref_max[i, t]:.3g})"
                 )
             elif at_most[i, t] < edge_count[i, t]:
                 why.append(
                     f"prediction at the bottom of the references' range ({at_most[i, t]} of "
-                    f"{n_refs[i, t]} references as low; min {ref_min[i, t]:.3g})"
+                    f"{n_refs[i, t]} references as low, min {ref_min[i, t]:.3g})"
                 )
         if has_range[i, t] and np.isfinite(sample[i, t]):
             if sample[i, t] - noise[i, t] > ref_max[i, t]:
