@@ -120,6 +120,8 @@ def test_experiments_sweep_runs_with_a_progress_bar(demo_server, new_session):
     session.main.get_by_test_id("stHeading").filter(has_text="MAE per method").wait_for()
     progress = watched(page, "progress")
     assert any("Seed 1 of 2 done" in text for text in progress), progress
+    # the chart is drawn after the heading arrives: wait for it rather than count at once
+    page.get_by_test_id("stPlotlyChart").first.wait_for(state="visible", timeout=60_000)
     assert page.get_by_test_id("stPlotlyChart").count() >= 1
     session.assert_clean()
     screenshot(page, "experiments")
