@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.embed import embed_records
-from pkps_core.experiments import query_efficiency, summarise, synthetic_query_efficiency
+from pkps_core.experiments import summarise, synthetic_query_efficiency
+from pkps_core.protocols import query_efficiency_protocol
 from pkps_core.records import validate_records
 
 ALPACA = (
@@ -47,20 +48,24 @@ def main() -> None:
     print(
         f"\nembedded AlpacaEval ({len(records)} responses) in {time.perf_counter() - started:.1f} s"
     )
-    frames = []
+    rows = []
     for self_pairs in ("include", "exclude"):
         params = {"self_pairs": self_pairs, "query_components": 64, "response_components": "elbow"}
-        result = query_efficiency(
+        result = query_efficiency_protocol(
             records,
             budgets=(1, 4, 16),
             seeds=range(4),
             methods=("sample", "dkps", "pkps"),
             space_params=params,
         )
-        result.loc[result.method != "sample", "method"] += f"-{self_pairs}"
-        frames.append(result if self_pairs == "include" else result[result.method != "sample"])
+        summary = result.summary.copy()
+        spaces = summary.method != "sample"
+        summary.loc[spaces, "method"] += f"-{self_pairs}"
+        rows.append(summary if self_pairs == "include" else summary[spaces])
+    table = pd.concat(rows)
+    table["mae"] = table["mae"].round(4).astype(str) + " ± " + table["sem"].round(4).astype(str)
     print("AlpacaEval 40 (rho=0, 4 seeds), MAE vs full-cache mean, family holdout")
-    print(summarise(pd.concat(frames), by=["budget"]).to_string())
+    print(table.pivot(index="budget", columns="method", values="mae").to_string())
 
 
 if __name__ == "__main__":

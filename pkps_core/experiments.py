@@ -15,7 +15,7 @@ from pkps_core.predict import predict
 from pkps_core.protocols import subsample_cells
 from pkps_core.synthetic import make_synthetic
 
-__all__ = ["query_efficiency", "subsample_cells", "summarise", "synthetic_query_efficiency"]
+__all__ = ["subsample_cells", "summarise", "synthetic_query_efficiency"]
 
 
 def synthetic_query_efficiency(
@@ -62,29 +62,3 @@ def summarise(results: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     table = grouped.mean().unstack("method")
     sem = (grouped.std(ddof=1) / np.sqrt(grouped.count())).unstack("method")
     return table.round(4).astype(str) + " ± " + sem.round(4).astype(str)
-
-
-def query_efficiency(
-    records: pd.DataFrame,
-    budgets: Sequence[int] = (1, 4),
-    seeds: Sequence[int] = range(4),
-    methods: Sequence[str] = ("sample", "dkps", "pkps"),
-    *,
-    rho: float = 0.0,
-    holdout: str = "family",
-    space_params: dict | None = None,
-) -> pd.DataFrame:
-    """MAE per method of the query-efficiency protocol on a (dense) real cache.
-
-    Returns a long frame: budget, seed, method, mae (mean absolute error over all cells
-    against the full-cache reference).
-    """
-    rows = []
-    for budget in budgets:
-        for seed in seeds:
-            masked = subsample_cells(records, budget, rho=rho, random_state=seed)
-            predictions = predict(masked, methods, holdout=holdout, space_params=space_params)
-            error = (predictions["prediction"] - predictions["reference_score"]).abs()
-            for method, mae in error.groupby(predictions["method"]).mean().items():
-                rows.append({"budget": budget, "seed": seed, "method": method, "mae": mae})
-    return pd.DataFrame(rows)

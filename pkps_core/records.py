@@ -279,13 +279,6 @@ def validate_records(
     return frame
 
 
-def has_query_representation(records: pd.DataFrame) -> bool:
-    """Whether the RBF query kernel can be used: query text or query embeddings exist."""
-    if "query_embedding" in records.columns:
-        return True
-    return "query" in records.columns and bool(records["query"].notna().all())
-
-
 def response_representation(records: pd.DataFrame) -> str:
     """Which response representation a validated cache carries.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pkps_core.importers import ImportResult, load
+from pkps_core.importers import load
 from pkps_core.predict import OUTPUT_COLUMNS
 from pkps_core.records import RecordsError, validate_records
 
@@ -150,16 +150,6 @@ def _check_cross_file_duplicates(combined: pd.DataFrame) -> None:
         f"({int(duplicated.sum())} rows repeat across files); upload one version of each "
         "response"
     )
-
-
-def import_summary(result: ImportResult | UploadResult) -> dict[str, int]:
-    """Models, tasks and rows of imported records (what an ingest will bring in)."""
-    records = result.records
-    return {
-        "models": int(records["model"].nunique()),
-        "tasks": int(records["task"].nunique()),
-        "rows": len(records),
-    }
 
 
 # ---------------------------------------------------------------------- store overview
