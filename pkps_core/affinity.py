@@ -7,6 +7,17 @@ path and reports it:
 ``exact``
     The dense factorised sum of :func:`pkps_core.kernels.kernel_sums` (O(M^2) kernel values
     plus O(M N p) flops).
+``sparse``
+    Narrow bandwidths, where all but a few per cent of the query-kernel entries are below
+    :data:`SPARSE_THRESHOLD`: those entries are dropped and the sums run over the sparse
+    kernel. The error is *bounded*, not estimated: with ε the threshold, each of the
+    m_i m_i' pairs of two models loses less than ε of kernel mass and less than
+    ε |<x, x'>| of product, so ``|ΔZ_ii'| ≤ ε m_i m_i'``, ``|ΔN_ii'| ≤ ε s_i s_i'``
+    (``s_i = Σ_j ‖x_ij‖``) and ``|ΔA_ii'| ≤ ε (s_i s_i' + |A_ii'| m_i m_i') / Z_ii'``
+    (Z from the kept entries, which only underestimate it). With ``β_ii' = b_ii + b_i'i'
+    + 2 b_ii'`` bounding the change of D²_ii', ``|ΔD_ii'| ≤ min(√β, β / D_ii')``. The
+    path is taken only when this bound, relative to max D, is within
+    :data:`SPARSE_TOL` — as exact as the dense path for every practical purpose.
 ``nystrom``
     Wide bandwidths on caches with many unique queries: ``K_Q ≈ Φ Φ^T`` from ``rank``
     landmark queries, with the diagonal kept exact; the sums cost O(r N p). Its error is
@@ -23,9 +34,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from pkps_core import kernels
 
+METHODS = ("auto", "exact", "sparse", "nystrom")
+SPARSE_THRESHOLD = 1e-16  # query-kernel entries below this are dropped on the sparse path
+SPARSE_MAX_DENSITY = 0.02  # above this fraction of kept entries the dense product is cheaper
+SPARSE_TOL = 1e-7  # largest accepted bound on max |ΔD| / max D for the sparse path
 EXACT_MAX_QUERIES = 4096  # above this many unique queries, wide bandwidths try Nyström
 DENSE_SQDIST_MAX_BYTES = 2 << 30
 VERIFY_MODELS = 8
@@ -80,8 +96,9 @@ class AffinityEngine:
         Unique-query embeddings; None allows only the delta kernel.
     response_kernel : {"linear", "cosine", "rbf"}
     response_bandwidth : float
-    method : {"auto", "exact", "nystrom"}
-        ``"exact"`` forces the exact dense path for RBF query kernels.
+    method : {"auto", "exact", "sparse", "nystrom"}
+        ``"exact"`` forces the exact dense path for RBF query kernels; ``"sparse"`` tries
+        the truncated kernel at any density (still only kept within its bound).
     tol : float
         Largest accepted measured relative error of D for the Nyström path.
     block_bytes : int
@@ -101,8 +118,8 @@ class AffinityEngine:
         block_bytes=kernels.DEFAULT_BLOCK_BYTES,
         random_state=0,
     ):
-        if method not in ("auto", "exact", "nystrom"):
-            raise ValueError(f"method must be 'auto', 'exact' or 'nystrom', got {method!r}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         self.layout = layout
         self.features = np.ascontiguousarray(features, dtype=float)
         if response_kernel == "cosine":
@@ -116,6 +133,7 @@ class AffinityEngine:
         self.block_bytes = block_bytes
         self.random_state = random_state
         self._sqdist = None
+        self._factorized = None
         self.reports: list[SumsReport] = []
 
     @property
@@ -125,10 +143,23 @@ class AffinityEngine:
             self._sqdist = kernels.squared_distances(self.query_vectors)
         return self._sqdist
 
-    def _exact(self, bandwidth: float) -> kernels.KernelSums:
-        query_kernel = None
-        if bandwidth > 0:
-            query_kernel = kernels.rbf_from_squared(self.query_sqdist, bandwidth)
+    @property
+    def factorized(self) -> kernels.FactorizedSums:
+        """The exact factorised sums (linear response kernel), built once per engine."""
+        if self._factorized is None:
+            self._factorized = kernels.FactorizedSums(self.layout, self.features, self.block_bytes)
+        return self._factorized
+
+    def _query_kernel(self, bandwidth: float) -> np.ndarray | None:
+        if bandwidth <= 0:
+            return None
+        return kernels.rbf_from_squared(self.query_sqdist, bandwidth)
+
+    def _exact(self, bandwidth: float, query_kernel=None) -> kernels.KernelSums:
+        if query_kernel is None:
+            query_kernel = self._query_kernel(bandwidth)
+        if self.response_kernel == "linear":
+            return self._wrap(*self.factorized(query_kernel))
         return kernels.kernel_sums(
             self.layout,
             self.features,
@@ -137,6 +168,54 @@ class AffinityEngine:
             self.response_bandwidth,
             block_bytes=self.block_bytes,
         )
+
+    def truncation_bound(
+        self, sums: kernels.KernelSums, threshold: float, self_pairs: str = "include"
+    ) -> float:
+        """Bound on max |ΔD| / max D from dropping query-kernel entries below ``threshold``.
+
+        See the module docstring (``sparse``); ``sums`` are those of the truncated kernel.
+        Infinite where a model pair kept no kernel mass.
+        """
+        layout = self.layout
+        counts = layout.responses_per_model.astype(float)
+        norms = np.sqrt(np.einsum("ij,ij->i", self.features, self.features))
+        mass = np.bincount(layout.model_idx, norms, minlength=layout.n_models)
+        affinity, fallback = kernels.affinity_from_sums(sums, self_pairs)
+        kept = sums.denominator.copy()
+        if self_pairs == "exclude":
+            diag = np.arange(layout.n_models)
+            use = ~fallback
+            kept[diag[use], diag[use]] -= sums.self_denominator[use]
+        if not np.all(kept > 0):
+            return float("inf")
+        per_pair = threshold * (np.outer(mass, mass) + np.abs(affinity) * np.outer(counts, counts))
+        per_pair /= kept
+        diag = np.diag(per_pair)
+        beta = diag[:, None] + diag[None, :] + 2.0 * per_pair
+        distance = kernels.distance_from_affinity(affinity)[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            change = np.minimum(np.sqrt(beta), np.where(distance > 0, beta / distance, np.inf))
+        off = ~np.eye(layout.n_models, dtype=bool)
+        scale = distance[off].max() if layout.n_models > 1 else 0.0
+        if scale <= 0:
+            return float("inf")
+        return float(change[off].max() / scale)
+
+    def _sparse(self, bandwidth, query_kernel, self_pairs):
+        """Sums over the kernel truncated at SPARSE_THRESHOLD, with their bound; or None."""
+        keep = query_kernel >= SPARSE_THRESHOLD
+        if self.method == "auto" and keep.mean() > SPARSE_MAX_DENSITY:
+            return None
+        rows, cols = np.nonzero(keep)
+        n_q = self.layout.n_queries
+        truncated = sp.csr_array((query_kernel[rows, cols], (rows, cols)), shape=(n_q, n_q))
+        result = self._wrap(*self.factorized(truncated))
+        bound = self.truncation_bound(result, SPARSE_THRESHOLD, self_pairs)
+        if bound > SPARSE_TOL:
+            return None
+        self.reports.append(SumsReport(bandwidth, "sparse", bound))
+        return result
 
     def _self_sums(self):
         if self.response_kernel == "rbf":
@@ -228,30 +307,34 @@ class AffinityEngine:
                     self.reports.append(SumsReport(bandwidth, "nystrom", error, factor.shape[1]))
                     return result
                 rank *= 2
+        query_kernel = self._query_kernel(bandwidth)
+        if self.method in ("auto", "sparse"):
+            result = self._sparse(bandwidth, query_kernel, self_pairs)
+            if result is not None:
+                return result
         self.reports.append(SumsReport(bandwidth, "exact", 0.0))
-        return self._exact(bandwidth)
+        return self._exact(bandwidth, query_kernel)
 
 
 def sample_exact_sums(layout, features, query_vectors, bandwidth, models) -> kernels.KernelSums:
-    """Exact kernel sums (linear response kernel) restricted to ``models``, pair by pair."""
+    """Exact kernel sums (linear response kernel) restricted to ``models``.
+
+    The responses of those models alone, with the query kernel over only the queries they
+    answered, through the exact factorised path.
+    """
     models = np.asarray(models)
-    k = len(models)
-    numerator = np.zeros((k, k))
-    denominator = np.zeros((k, k))
     bounds = layout.model_bounds
-    rows = [np.arange(bounds[m], bounds[m + 1]) for m in models]
-    for a in range(k):
-        for b in range(a, k):
-            qa = query_vectors[layout.query_idx[rows[a]]]
-            qb = query_vectors[layout.query_idx[rows[b]]]
-            kq = kernels.rbf_from_squared(kernels.squared_distances(qa, qb), bandwidth)
-            gram = features[rows[a]] @ features[rows[b]].T
-            numerator[a, b] = numerator[b, a] = float((kq * gram).sum())
-            denominator[a, b] = denominator[b, a] = float(kq.sum())
-    sq_norms = np.einsum("ij,ij->i", features, features)
-    self_num = np.array([sq_norms[r].sum() for r in rows])
-    self_den = np.array([float(len(r)) for r in rows])
-    return kernels.KernelSums(numerator, denominator, self_num, self_den)
+    rows = np.concatenate([np.arange(bounds[m], bounds[m + 1]) for m in models])
+    sub_models = np.repeat(np.arange(len(models)), np.diff(bounds)[models])
+    queries, sub_queries = np.unique(layout.query_idx[rows], return_inverse=True)
+    sub_layout = kernels.ResponseLayout.build(
+        sub_models, sub_queries.ravel(), len(models), len(queries)
+    )
+    sub_features = np.ascontiguousarray(features[rows])
+    query_kernel = kernels.query_kernel_matrix(
+        kernels.squared_distances(query_vectors[queries]), bandwidth
+    )
+    return kernels.kernel_sums(sub_layout, sub_features, query_kernel, "linear")
 
 
 def increment_sums(

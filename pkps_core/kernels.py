@@ -33,6 +33,9 @@ SELF_PAIR_MIN_MASS = 1e-6
 # Above this fraction of answered (query, model) slots, K_Q @ Y as one product is cheaper
 # than gathering each model's kernel columns.
 DENSE_TRANSFER_DENSITY = 0.5
+GATHER_COLUMNS = 1024  # query-kernel columns gathered per product on the gather path
+UNDERFLOW_EXPONENT = 708.0  # exp(-708) ≈ 3.3e-308 is still a normal double
+_UNDERFLOW_VALUE = float(np.exp(-UNDERFLOW_EXPONENT))
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,14 @@ def rbf_from_squared(sq: np.ndarray, bandwidth: float) -> np.ndarray:
     """``exp(-sq / (2 bandwidth^2))``; bandwidth 0 is the delta limit (1 where sq == 0)."""
     if bandwidth <= 0:
         return (sq == 0).astype(float)
-    return np.exp(-sq / (2.0 * bandwidth * bandwidth))
+    out = np.multiply(sq, -1.0 / (2.0 * bandwidth * bandwidth))
+    # exp(-708) is the smallest normal double; below it the values are subnormal, and
+    # subnormal operands slow matrix products by an order of magnitude. They are set to 0:
+    # each is < 2.3e-308, so a kernel sum over m·m' pairs changes by < m·m'·2.3e-308.
+    np.maximum(out, -UNDERFLOW_EXPONENT, out=out)
+    np.exp(out, out=out)
+    out[out <= _UNDERFLOW_VALUE] = 0.0
+    return out
 
 
 def query_kernel_matrix(query_sqdist: np.ndarray | None, bandwidth: float) -> np.ndarray | None:
@@ -139,72 +149,134 @@ def _model_blocks(n_models: int, bytes_per_model: int, block_bytes: int):
         yield start, min(n_models, start + size)
 
 
+class FactorizedSums:
+    """The exact factorised kernel sums of one cache, for any query kernel.
+
+    Linear response kernel (cosine after normalising rows). Let ``Y[i, :, q] = [x, 1]``
+    for model i's response x to unique query q (zero where it did not answer),
+    feature-major with shape ``(n_models, p + 1, n_queries)``, and ``T[i'] = Y[i'] K_Q``.
+    Then ``N_ii' = <Y[i, :p], T[i', :p]>`` and ``Z_ii' = <Y[i, p], T[i', p]>``. Each
+    model's T is one product ``[X_i', 1]^T K_Q[Q_i']`` over the kernel rows of its own
+    queries (O(M m_i' p); K_Q is symmetric), or, for blocks of mostly paired models, one
+    product of their Y with all of K_Q; for the delta kernel T = Y. Work is blocked by
+    queries (the columns of T) and by models; the contraction is one matrix product per
+    block pair over the upper triangle only, as the sums are symmetric.
+
+    Everything that does not depend on the query kernel (Y, the orderings) is built once,
+    so calling the object for several bandwidths pays only for the products. ``K_Q`` may
+    be a dense array, a ``scipy.sparse`` matrix (a truncated kernel) or None (delta).
+    """
+
+    def __init__(
+        self,
+        layout: ResponseLayout,
+        features: np.ndarray,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+    ):
+        self.layout = layout
+        n, n_q = layout.n_models, layout.n_queries
+        self.p = features.shape[1]
+        self.width = self.p + 1
+        self.augmented = np.hstack([features, np.ones((layout.n_responses, 1))])
+        self.augmented_t = np.ascontiguousarray(self.augmented.T)
+        # Y of one query block takes up to 2 blocks of memory (plus its scatter buffer).
+        self.step = int(max(1, min(n_q, 2 * block_bytes // (n * self.width * 8))))
+        self.by_query = np.argsort(layout.query_idx, kind="stable")
+        self.sorted_queries = layout.query_idx[self.by_query]
+        self.block_bytes = block_bytes
+        self._whole_left = self._left(0, n_q) if self.step >= n_q else None
+
+    def _left(self, q_lo: int, q_hi: int) -> np.ndarray:
+        layout = self.layout
+        rows = self.by_query[
+            np.searchsorted(self.sorted_queries, q_lo) : np.searchsorted(self.sorted_queries, q_hi)
+        ]
+        by_row = np.zeros((layout.n_models, q_hi - q_lo, self.width))  # scatter whole rows,
+        by_row[layout.model_idx[rows], layout.query_idx[rows] - q_lo] = self.augmented[rows]
+        return np.ascontiguousarray(by_row.transpose(0, 2, 1))  # then go feature-major
+
+    def _transfer(self, columns, start: int, stop: int, q_lo: int, q_hi: int, left):
+        layout, width = self.layout, self.width
+        bounds, query_idx, model_idx = layout.model_bounds, layout.query_idx, layout.model_idx
+        k, span, n_q = stop - start, q_hi - q_lo, layout.n_queries
+        right = np.empty((k, width, span))
+        if (bounds[stop] - bounds[start]) / (n_q * k) >= DENSE_TRANSFER_DENSITY:
+            # mostly paired: one product with K_Q beats a gather per model
+            if span == n_q:  # Y of these models is this block's left factor
+                block_left = left[start:stop].reshape(k * width, n_q)
+            else:
+                block_rows = slice(bounds[start], bounds[stop])
+                block_left = np.zeros((k, width, n_q))
+                block_left[model_idx[block_rows] - start, :, query_idx[block_rows]] = (
+                    self.augmented[block_rows]
+                )
+                block_left = block_left.reshape(k * width, n_q)
+            if sp.issparse(columns):
+                right.reshape(k * width, span)[:] = (columns.T @ block_left.T).T
+            else:
+                np.matmul(block_left, columns, out=right.reshape(k * width, span))
+            return right
+
+        sparse = sp.issparse(columns)
+        for j, model in enumerate(range(start, stop)):
+            lo, hi = bounds[model], bounds[model + 1]
+            if sparse:
+                right[j] = (columns[query_idx[lo:hi]].T @ self.augmented[lo:hi]).T
+                continue
+            # K_Q[Q_i', block], gathered a slab of columns at a time: a gather that stays
+            # in cache is several times faster than one of all columns at once
+            for c_lo in range(0, span, GATHER_COLUMNS):
+                c_hi = min(span, c_lo + GATHER_COLUMNS)
+                np.matmul(
+                    self.augmented_t[:, lo:hi],
+                    columns[query_idx[lo:hi], c_lo:c_hi],
+                    out=right[j, :, c_lo:c_hi],
+                )
+        return right
+
+    def __call__(self, query_kernel) -> tuple[np.ndarray, np.ndarray]:
+        layout, p, width = self.layout, self.p, self.width
+        n, n_q = layout.n_models, layout.n_queries
+        numerator = np.zeros((n, n))
+        denominator = np.zeros((n, n))
+        per_model = (1 if query_kernel is None else 2) * width * self.step * 8
+        model_blocks = list(_model_blocks(n, per_model, self.block_bytes))
+        if sp.issparse(query_kernel):
+            query_kernel = sp.csr_array(query_kernel)
+        for q_lo in range(0, n_q, self.step):
+            q_hi = min(n_q, q_lo + self.step)
+            span = q_hi - q_lo
+            left = self._whole_left if self._whole_left is not None else self._left(q_lo, q_hi)
+            columns = None
+            if query_kernel is not None:
+                columns = query_kernel if span == n_q else query_kernel[:, q_lo:q_hi]
+            for start, stop in model_blocks:
+                k = stop - start
+                if columns is None:
+                    right = left[start:stop]  # delta kernel: T = Y
+                else:
+                    right = self._transfer(columns, start, stop, q_lo, q_hi, left)
+                size = span * p
+                # rows 0..stop: the upper triangle of these columns (and their diagonal block)
+                numerator[:stop, start:stop] += (
+                    left[:stop, :p].reshape(stop, size) @ right[:, :p].reshape(k, size).T
+                )
+                denominator[:stop, start:stop] += left[:stop, p] @ right[:, p].T
+        lower = np.tril_indices(n, -1)
+        numerator[lower] = numerator.T[lower]
+        denominator[lower] = denominator.T[lower]
+        return numerator, denominator
+
+
 def _factorized_sums(
     layout: ResponseLayout,
     features: np.ndarray,
-    query_kernel: np.ndarray | None,
+    query_kernel,
     block_bytes: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Linear response kernel, any query kernel: the exact factorised sum.
-
-    With ``W = [X, 1]`` and ``Y[q, i] = W`` of model i's response to unique query q (zero
-    if it did not answer), the sums are ``N_ii' = sum_{q,c<p} Y[q,i,c] T[q,i',c]`` and
-    ``Z_ii' = sum_q Y[q,i,p] T[q,i',p]`` with ``T[:, i'] = K_Q Y[:, i']``. T is formed per
-    block of models by gathering the query-kernel columns of the model's own queries
-    (O(M m_i' p) per model); the delta kernel is ``T = Y``. The contraction is one matrix
-    product per block when Y fits in memory, else a loop over models.
-    """
-    n, n_q = layout.n_models, layout.n_queries
-    p = features.shape[1]
-    width = p + 1
-    augmented = np.hstack([features, np.ones((layout.n_responses, 1))])
-    bounds, query_idx = layout.model_bounds, layout.query_idx
-    numerator = np.zeros((n, n))
-    denominator = np.zeros((n, n))
-    dense_contraction = n_q * n * width * 8 <= 4 * block_bytes
-    if dense_contraction:
-        presence = np.zeros((n_q, n, width))
-        presence[query_idx, layout.model_idx] = augmented
-        left_num = presence[:, :, :p].transpose(1, 0, 2).reshape(n, n_q * p)
-        left_den = presence[:, :, p].T.copy()
-        del presence
-    max_m = int(layout.responses_per_model.max())
-    per_model = (n_q + (0 if dense_contraction else max_m)) * width * 8
-    for start, stop in _model_blocks(n, per_model, block_bytes):
-        k = stop - start
-        transfer = np.zeros((n_q, k, width))
-        block_rows = slice(bounds[start], bounds[stop])
-        block_density = (bounds[stop] - bounds[start]) / (n_q * k)
-        if query_kernel is not None and block_density >= DENSE_TRANSFER_DENSITY:
-            # mostly paired: one K_Q @ Y product beats a gather per model
-            block_presence = np.zeros((n_q, k, width))
-            block_presence[query_idx[block_rows], layout.model_idx[block_rows] - start] = augmented[
-                block_rows
-            ]
-            transfer = (query_kernel @ block_presence.reshape(n_q, k * width)).reshape(
-                n_q, k, width
-            )
-        else:
-            for j, model in enumerate(range(start, stop)):
-                lo, hi = bounds[model], bounds[model + 1]
-                if query_kernel is None:
-                    transfer[query_idx[lo:hi], j] = augmented[lo:hi]
-                else:
-                    # K_Q is symmetric: gathering rows (contiguous) beats gathering columns
-                    transfer[:, j] = query_kernel[query_idx[lo:hi]].T @ augmented[lo:hi]
-        if dense_contraction:
-            right_num = transfer[:, :, :p].transpose(0, 2, 1).reshape(n_q * p, k)
-            numerator[:, start:stop] = left_num @ right_num
-            denominator[:, start:stop] = left_den @ transfer[:, :, p]
-        else:
-            for model in range(n):
-                lo, hi = bounds[model], bounds[model + 1]
-                gathered = transfer[query_idx[lo:hi]]  # (m_i, k, p + 1)
-                numerator[model, start:stop] = np.tensordot(
-                    gathered[:, :, :p], features[lo:hi], axes=([0, 2], [0, 1])
-                )
-                denominator[model, start:stop] = gathered[:, :, p].sum(axis=0)
-    return numerator, denominator
+    """Linear response kernel, any query kernel: the exact factorised sum
+    (:class:`FactorizedSums`)."""
+    return FactorizedSums(layout, features, block_bytes)(query_kernel)
 
 
 def _pairwise_sums(

@@ -19,7 +19,13 @@ from sklearn.decomposition import PCA
 from sklearn.manifold import ClassicalMDS
 
 from pkps_core import kernels
-from pkps_core.affinity import AffinityEngine, SumsReport, increment_sums
+from pkps_core.affinity import (
+    SPARSE_THRESHOLD,
+    SPARSE_TOL,
+    AffinityEngine,
+    SumsReport,
+    increment_sums,
+)
 from pkps_core.knn import loo_knn_error
 from pkps_core.records import (
     RecordsError,
@@ -238,9 +244,11 @@ class PerspectiveSpace(BaseEstimator):
         The distance the bandwidth grid and ``"median"`` are multiples of; None = the
         median pairwise query distance of this cache. Fix it to compare fits of different
         caches (and :meth:`update` keeps the first fit's value).
-    affinity_method : {"auto", "exact", "nystrom"}, default="auto"
+    affinity_method : {"auto", "exact", "sparse", "nystrom"}, default="auto"
         How the kernel sums are computed (see :mod:`pkps_core.affinity`): ``"auto"`` runs
-        exactly unless the cache has many unique queries, where wide bandwidths use a
+        exactly, except that narrow bandwidths drop query-kernel entries below 1e-16 when
+        that leaves a sparse kernel and a rigorous bound keeps the change of D below 1e-7
+        of its maximum, and, on caches with many unique queries, wide bandwidths use a
         Nyström approximation whose error on D is measured and kept within
         ``affinity_tol``.
     affinity_tol : float, default=1e-3
@@ -483,7 +491,7 @@ class PerspectiveSpace(BaseEstimator):
         for sigma, old_sums, report in zip(
             self.bandwidth_grid_, self.kernel_sums_, self.affinity_reports_, strict=True
         ):
-            if report.path != "exact":
+            if report.path not in ("exact", "sparse"):
                 sums.append(engine.sums(sigma, self.self_pairs))
                 reports.append(engine.reports[-1])
                 continue
@@ -501,10 +509,21 @@ class PerspectiveSpace(BaseEstimator):
                 self.response_kernel,
                 self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
             )
-            sums.append(
-                kernels.KernelSums(numerator + inc_num, denominator + inc_den, self_num, self_den)
+            updated = kernels.KernelSums(
+                numerator + inc_num, denominator + inc_den, self_num, self_den
             )
-            reports.append(SumsReport(float(sigma), "exact", 0.0))
+            if report.path == "sparse":
+                # the new pairs are exact; the old ones lost entries below the threshold,
+                # which the bound (re-evaluated on the updated sums) still covers
+                bound = engine.truncation_bound(updated, SPARSE_THRESHOLD, self.self_pairs)
+                if bound > SPARSE_TOL:
+                    sums.append(engine.sums(sigma, self.self_pairs))
+                    reports.append(engine.reports[-1])
+                    continue
+                reports.append(SumsReport(float(sigma), "sparse", bound))
+            else:
+                reports.append(SumsReport(float(sigma), "exact", 0.0))
+            sums.append(updated)
         self.affinity_reports_ = reports
         self.prepared_ = prepared
         self.features_ = features

@@ -107,3 +107,80 @@ def test_sample_exact_sums_match_full_exact():
     np.testing.assert_allclose(
         part.denominator, full.denominator[np.ix_(models, models)], rtol=1e-9
     )
+
+
+def _distance(sums, self_pairs="include"):
+    return kernels.distance_from_affinity(kernels.affinity_from_sums(sums, self_pairs)[0])[0]
+
+
+@pytest.mark.parametrize("self_pairs", ["include", "exclude"])
+@pytest.mark.parametrize("threshold", [1e-2, 1e-4, 1e-8])
+def test_truncation_bound_holds(threshold, self_pairs):
+    # drop kernel entries below a (deliberately coarse) threshold: the true change of D
+    # must stay within the bound the sparse path relies on
+    layout, features, queries = _many_query_cache()
+    sq = kernels.squared_distances(queries)
+    sigma = 0.3 * float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
+    full = kernels.rbf_from_squared(sq, sigma)
+    truncated = np.where(full >= threshold, full, 0.0)
+    assert (truncated == 0).any() and (truncated > 0).any()
+    engine = AffinityEngine(layout, features, queries)
+    exact = engine._wrap(*engine.factorized(full))
+    approx = engine._wrap(*engine.factorized(truncated))
+    bound = engine.truncation_bound(approx, threshold, self_pairs)
+    d_exact, d_approx = _distance(exact, self_pairs), _distance(approx, self_pairs)
+    true_error = np.abs(d_approx - d_exact).max() / d_approx.max()
+    assert true_error > 0
+    assert true_error <= bound
+
+
+def _shared_query_cache():
+    # 20 models answering 60 of 200 queries each (about a third shared with any other)
+    rng = np.random.default_rng(3)
+    n, per_model, n_q = 20, 60, 200
+    chosen = np.sort(np.argsort(rng.random((n, n_q)), axis=1)[:, :per_model], axis=1)
+    model_idx = np.repeat(np.arange(n), per_model)
+    layout = kernels.ResponseLayout.build(model_idx, chosen.ravel(), n, n_q)
+    queries = rng.standard_normal((n_q, 16))
+    ability = rng.standard_normal((n, 8))
+    features = ability[model_idx] + 0.5 * rng.standard_normal((n * per_model, 8))
+    return layout, features, queries
+
+
+def test_sparse_path_at_narrow_bandwidth():
+    layout, features, queries = _shared_query_cache()
+    sq = kernels.squared_distances(queries)
+    median = float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
+    engine = AffinityEngine(layout, features, queries)
+    narrow = 0.03 * median
+    approx = engine.sums(narrow)
+    report = engine.reports[-1]
+    assert report.path == "sparse"
+    assert report.error <= 1e-7
+    exact = AffinityEngine(layout, features, queries, method="exact").sums(narrow)
+    true_error = np.abs(_distance(approx) - _distance(exact)).max() / _distance(exact).max()
+    assert true_error <= max(report.error, 1e-12)
+    # a wide bandwidth keeps nearly every entry: no sparse path
+    engine.sums(median)
+    assert engine.reports[-1].path == "exact"
+
+
+def test_sparse_path_refused_when_bound_too_loose():
+    # models with no query in common: at a narrow bandwidth the kept kernel mass of a pair
+    # is tiny, so dropping entries cannot be bounded and the exact path runs
+    layout, features, queries = _many_query_cache()
+    engine = AffinityEngine(layout, features, queries)
+    sq = kernels.squared_distances(queries)
+    median = float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
+    engine.sums(0.03 * median)
+    assert engine.reports[-1].path == "exact"
+    assert (kernels.rbf_from_squared(sq, 0.03 * median) >= 1e-16).mean() <= 0.02  # sparse
+
+
+def test_rbf_kernel_has_no_subnormal_values():
+    sq = np.array([[0.0, 1.0, 1400.0, 1430.0, 1500.0, 1e6]])
+    values = kernels.rbf_from_squared(sq, 1.0)
+    assert not np.any((values > 0) & (values < np.finfo(float).tiny))
+    assert values[0, 0] == 1.0 and values[0, 1] == np.exp(-0.5)
+    assert values[0, 2] == np.exp(-700.0)  # still a normal double: kept
+    np.testing.assert_array_equal(values[0, 3:], 0.0)  # exp(-715) and below: subnormal
