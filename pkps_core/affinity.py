@@ -21,10 +21,16 @@ path and reports it:
 ``nystrom``
     Wide bandwidths on caches with many unique queries: ``K_Q ≈ Φ Φ^T`` from ``rank``
     landmark queries, with the diagonal kept exact; the sums cost O(r N p). Its error is
-    *measured*: D is recomputed exactly on a seeded sample of models and compared
-    (max |ΔD| / max D over the sample); the rank doubles until the error is within
-    ``tol``, else the exact path runs. Narrow bandwidths, where the kernel is far from low
-    rank, therefore run exactly.
+    first *bounded* (:meth:`AffinityEngine.nystrom_bound`: the residual K_Q − Φ Φ^T is
+    positive semi-definite, so its diagonal alone bounds the error of every sum); when
+    that bound is too loose it is *measured*: D is recomputed exactly on a seeded sample
+    of models and compared (max |ΔD| / max D over the sample). The rank doubles until the
+    bound or the measurement is within ``tol``, else the exact path runs. A quick probe of
+    the spectrum on a sample of queries decides whether to try at all, so narrow
+    bandwidths, where the kernel is far from low rank, run exactly (or sparse).
+
+Every report says which path ran and its error (0 for exact, else the bound or the
+measurement, ``SumsReport.error_kind``).
 
 Response kernels other than linear/cosine always take the exact pairwise path.
 """
@@ -56,6 +62,7 @@ class SumsReport:
     path: str
     error: float
     rank: int | None = None
+    error_kind: str = "exact"  # "exact" (error 0), "bound" (rigorous) or "measured" (sampled)
 
 
 def _rank_path_sums(layout, features, factor):
@@ -169,28 +176,35 @@ class AffinityEngine:
             block_bytes=self.block_bytes,
         )
 
-    def truncation_bound(
-        self, sums: kernels.KernelSums, threshold: float, self_pairs: str = "include"
+    def distance_bound(
+        self,
+        sums: kernels.KernelSums,
+        numerator_error: np.ndarray,
+        denominator_error: np.ndarray,
+        self_pairs: str = "include",
+        *,
+        one_sided: bool = False,
     ) -> float:
-        """Bound on max |ΔD| / max D from dropping query-kernel entries below ``threshold``.
+        """Bound on max |ΔD| / max D given bounds on the errors of the kernel sums.
 
-        See the module docstring (``sparse``); ``sums`` are those of the truncated kernel.
-        Infinite where a model pair kept no kernel mass.
+        ``|N − Ñ| ≤ numerator_error`` and ``|Z − Z̃| ≤ denominator_error`` entrywise (with
+        ``Z ≥ Z̃`` when ``one_sided``) give ``|A − Ã| ≤ (ΔN + |Ã| ΔZ) / (Z̃ − ΔZ)`` (``/ Z̃``
+        when one-sided), then ``β_ii' = b_ii + b_i'i' + 2 b_ii'`` bounds the change of D²_ii'
+        and ``|ΔD_ii'| ≤ min(√β, β / D̃_ii')``. Infinite where a pair's kept mass cannot
+        cover its error.
         """
         layout = self.layout
-        counts = layout.responses_per_model.astype(float)
-        norms = np.sqrt(np.einsum("ij,ij->i", self.features, self.features))
-        mass = np.bincount(layout.model_idx, norms, minlength=layout.n_models)
         affinity, fallback = kernels.affinity_from_sums(sums, self_pairs)
         kept = sums.denominator.copy()
         if self_pairs == "exclude":
             diag = np.arange(layout.n_models)
             use = ~fallback
             kept[diag[use], diag[use]] -= sums.self_denominator[use]
+        if not one_sided:
+            kept = kept - denominator_error
         if not np.all(kept > 0):
             return float("inf")
-        per_pair = threshold * (np.outer(mass, mass) + np.abs(affinity) * np.outer(counts, counts))
-        per_pair /= kept
+        per_pair = (numerator_error + np.abs(affinity) * denominator_error) / kept
         diag = np.diag(per_pair)
         beta = diag[:, None] + diag[None, :] + 2.0 * per_pair
         distance = kernels.distance_from_affinity(affinity)[0]
@@ -201,6 +215,51 @@ class AffinityEngine:
         if scale <= 0:
             return float("inf")
         return float(change[off].max() / scale)
+
+    def truncation_bound(
+        self, sums: kernels.KernelSums, threshold: float, self_pairs: str = "include"
+    ) -> float:
+        """Bound on max |ΔD| / max D from dropping query-kernel entries below ``threshold``.
+
+        Each of the m_i m_i' pairs loses less than ``threshold`` of kernel mass and less
+        than ``threshold · |<x, x'>|`` of product (module docstring, ``sparse``); ``sums``
+        are those of the truncated kernel, whose Z only underestimates the true one.
+        """
+        layout = self.layout
+        counts = layout.responses_per_model.astype(float)
+        norms = np.sqrt(np.einsum("ij,ij->i", self.features, self.features))
+        mass = np.bincount(layout.model_idx, norms, minlength=layout.n_models)
+        return self.distance_bound(
+            sums,
+            threshold * np.outer(mass, mass),
+            threshold * np.outer(counts, counts),
+            self_pairs,
+            one_sided=True,
+        )
+
+    def nystrom_bound(
+        self, sums: kernels.KernelSums, factor: np.ndarray, self_pairs: str = "include"
+    ) -> float:
+        """Bound on max |ΔD| / max D of the Nyström sums (module docstring, ``nystrom``).
+
+        The residual ``E = K_Q − Φ Φ^T`` is positive semi-definite, and so is ``E ⊙ X X^T``;
+        with ``e_q = E_qq`` and ``t_i = Σ_j e_{q_ij}``, ``u_i = Σ_j e_{q_ij} ‖x_ij‖²``,
+        Cauchy–Schwarz and ``1^T B 1 ≤ m tr B`` give ``|ΔZ_ii'| ≤ √(m_i t_i m_i' t_i')`` and
+        ``|ΔN_ii'| ≤ √(m_i u_i m_i' u_i')`` (the exact self pairs only shrink the diagonal's
+        error). Infinite when rounding made some ``e_q`` clearly negative.
+        """
+        layout = self.layout
+        residual = 1.0 - np.einsum("ij,ij->i", factor, factor)
+        if residual.min() < -1e-9:
+            return float("inf")
+        residual = np.maximum(residual, 0.0)[layout.query_idx]
+        counts = layout.responses_per_model.astype(float)
+        sq_norms = np.einsum("ij,ij->i", self.features, self.features)
+        t = counts * np.bincount(layout.model_idx, residual, minlength=layout.n_models)
+        u = counts * np.bincount(layout.model_idx, residual * sq_norms, minlength=layout.n_models)
+        return self.distance_bound(
+            sums, np.sqrt(np.outer(u, u)), np.sqrt(np.outer(t, t)), self_pairs
+        )
 
     def _sparse(self, bandwidth, query_kernel, self_pairs):
         """Sums over the kernel truncated at SPARSE_THRESHOLD, with their bound; or None."""
@@ -214,7 +273,7 @@ class AffinityEngine:
         bound = self.truncation_bound(result, SPARSE_THRESHOLD, self_pairs)
         if bound > SPARSE_TOL:
             return None
-        self.reports.append(SumsReport(bandwidth, "sparse", bound))
+        self.reports.append(SumsReport(bandwidth, "sparse", bound, None, "bound"))
         return result
 
     def _self_sums(self):
@@ -302,9 +361,17 @@ class AffinityEngine:
                 attempts += 1
                 factor = self._nystrom_factor(bandwidth, rank)
                 result = self._wrap(*_rank_path_sums(self.layout, self.features, factor))
+                bound = self.nystrom_bound(result, factor, self_pairs)
+                if bound <= self.tol:
+                    self.reports.append(
+                        SumsReport(bandwidth, "nystrom", bound, factor.shape[1], "bound")
+                    )
+                    return result
                 error = self._verify(bandwidth, result, self_pairs)
                 if error <= self.tol or not sq_fits:
-                    self.reports.append(SumsReport(bandwidth, "nystrom", error, factor.shape[1]))
+                    self.reports.append(
+                        SumsReport(bandwidth, "nystrom", error, factor.shape[1], "measured")
+                    )
                     return result
                 rank *= 2
         query_kernel = self._query_kernel(bandwidth)

@@ -19,10 +19,12 @@ factorise and is summed over blocks of response pairs.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import threadpool_info, threadpool_limits
 
 RESPONSE_KERNELS = ("linear", "rbf", "cosine")
 DEFAULT_BLOCK_BYTES = 1 << 27  # 128 MiB per working block
@@ -34,6 +36,7 @@ SELF_PAIR_MIN_MASS = 1e-6
 # than gathering each model's kernel columns.
 DENSE_TRANSFER_DENSITY = 0.5
 GATHER_COLUMNS = 1024  # query-kernel columns gathered per product on the gather path
+LEFT_CACHE_BYTES = 2 << 30  # FactorizedSums keeps Y (n_models x (p+1) x n_queries) up to this
 UNDERFLOW_EXPONENT = 708.0  # exp(-708) ≈ 3.3e-308 is still a normal double
 _UNDERFLOW_VALUE = float(np.exp(-UNDERFLOW_EXPONENT))
 
@@ -142,6 +145,14 @@ def _self_sums(layout: ResponseLayout, self_kernel: np.ndarray) -> tuple[np.ndar
     return per_model_r, per_model_q
 
 
+def blas_threads() -> int:
+    """How many threads BLAS may use here (1 when unknown)."""
+    counts = [
+        info.get("num_threads", 1) for info in threadpool_info() if info.get("user_api") == "blas"
+    ]
+    return int(max(counts)) if counts else 1
+
+
 def _model_blocks(n_models: int, bytes_per_model: int, block_bytes: int):
     """Consecutive model ranges whose working memory fits ``block_bytes``."""
     size = int(max(1, min(n_models, block_bytes // max(bytes_per_model, 1))))
@@ -184,16 +195,26 @@ class FactorizedSums:
         self.by_query = np.argsort(layout.query_idx, kind="stable")
         self.sorted_queries = layout.query_idx[self.by_query]
         self.block_bytes = block_bytes
-        self._whole_left = self._left(0, n_q) if self.step >= n_q else None
+        self.n_threads = blas_threads()
+        self.query_blocks = [(lo, min(n_q, lo + self.step)) for lo in range(0, n_q, self.step)]
+        # Y does not depend on the bandwidth: kept across calls while it fits in memory
+        keep = n * self.width * n_q * 8 <= LEFT_CACHE_BYTES
+        self._lefts = [self._left(lo, hi) for lo, hi in self.query_blocks] if keep else None
 
     def _left(self, q_lo: int, q_hi: int) -> np.ndarray:
+        """Y over queries [q_lo, q_hi), feature-major: one column scatter per model."""
         layout = self.layout
-        rows = self.by_query[
-            np.searchsorted(self.sorted_queries, q_lo) : np.searchsorted(self.sorted_queries, q_hi)
-        ]
-        by_row = np.zeros((layout.n_models, q_hi - q_lo, self.width))  # scatter whole rows,
-        by_row[layout.model_idx[rows], layout.query_idx[rows] - q_lo] = self.augmented[rows]
-        return np.ascontiguousarray(by_row.transpose(0, 2, 1))  # then go feature-major
+        left = np.zeros((layout.n_models, self.width, q_hi - q_lo))
+        bounds, query_idx = layout.model_bounds, layout.query_idx
+        for model in range(layout.n_models):
+            lo, hi = bounds[model], bounds[model + 1]
+            queries = query_idx[lo:hi]
+            inside = (queries >= q_lo) & (queries < q_hi)
+            if inside.all():
+                left[model][:, queries - q_lo] = self.augmented_t[:, lo:hi]
+            elif inside.any():
+                left[model][:, queries[inside] - q_lo] = self.augmented_t[:, lo:hi][:, inside]
+        return left
 
     def _transfer(self, columns, start: int, stop: int, q_lo: int, q_hi: int, left):
         layout, width = self.layout, self.width
@@ -218,11 +239,12 @@ class FactorizedSums:
             return right
 
         sparse = sp.issparse(columns)
-        for j, model in enumerate(range(start, stop)):
-            lo, hi = bounds[model], bounds[model + 1]
+
+        def one(j: int) -> None:
+            lo, hi = bounds[start + j], bounds[start + j + 1]
             if sparse:
                 right[j] = (columns[query_idx[lo:hi]].T @ self.augmented[lo:hi]).T
-                continue
+                return
             # K_Q[Q_i', block], gathered a slab of columns at a time: a gather that stays
             # in cache is several times faster than one of all columns at once
             for c_lo in range(0, span, GATHER_COLUMNS):
@@ -232,6 +254,15 @@ class FactorizedSums:
                     columns[query_idx[lo:hi], c_lo:c_hi],
                     out=right[j, :, c_lo:c_hi],
                 )
+
+        if self.n_threads > 1 and k > 1 and not sparse:
+            # the gathers are memory-bound and single-threaded: run models side by side,
+            # each product on one BLAS thread (as many workers as BLAS may use)
+            with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(self.n_threads) as pool:
+                list(pool.map(one, range(k)))
+        else:
+            for j in range(k):
+                one(j)
         return right
 
     def __call__(self, query_kernel) -> tuple[np.ndarray, np.ndarray]:
@@ -243,10 +274,9 @@ class FactorizedSums:
         model_blocks = list(_model_blocks(n, per_model, self.block_bytes))
         if sp.issparse(query_kernel):
             query_kernel = sp.csr_array(query_kernel)
-        for q_lo in range(0, n_q, self.step):
-            q_hi = min(n_q, q_lo + self.step)
+        for block, (q_lo, q_hi) in enumerate(self.query_blocks):
             span = q_hi - q_lo
-            left = self._whole_left if self._whole_left is not None else self._left(q_lo, q_hi)
+            left = self._lefts[block] if self._lefts is not None else self._left(q_lo, q_hi)
             columns = None
             if query_kernel is not None:
                 columns = query_kernel if span == n_q else query_kernel[:, q_lo:q_hi]

@@ -520,7 +520,7 @@ class PerspectiveSpace(BaseEstimator):
                     sums.append(engine.sums(sigma, self.self_pairs))
                     reports.append(engine.reports[-1])
                     continue
-                reports.append(SumsReport(float(sigma), "sparse", bound))
+                reports.append(SumsReport(float(sigma), "sparse", bound, None, "bound"))
             else:
                 reports.append(SumsReport(float(sigma), "exact", 0.0))
             sums.append(updated)

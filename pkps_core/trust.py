@@ -8,11 +8,11 @@ Three tools on top of :mod:`pkps_core.predict`:
   (:func:`conformal_quantile`) of the normalised residuals ``|ŷ − reference| / σ`` and
   ``σ`` a local difficulty (:func:`difficulty`). Intervals are clipped to the score range
   (:func:`score_range`).
-* :func:`extrapolation_warnings` — a flag and a plain reason per cell when the model lies
-  outside the references' region of the perspective space, when the prediction sits at the
-  edge of the references' score range for the task, or when the model's own sample score
-  lies beyond that range (the second paper's failure mode: new models better than every
-  reference).
+* :func:`extrapolation_warnings` — a flag and a plain reason per cell when the model's
+  own scores (pooled over its tasks, or the cell's) lie beyond the references' range by
+  more than their sampling error (the second paper's failure mode: new models better than
+  every reference), or when the model lies outside the references' region of the
+  perspective space, judged against references subsampled to the same budget.
 * :func:`next_cells` — for one model, its missing or thinly observed cells ranked by the
   width of their intervals: where an extra query is worth the most.
 
@@ -71,12 +71,15 @@ import numpy as np
 import pandas as pd
 from scipy.spatial.distance import cdist
 
+from pkps_core import kernels
 from pkps_core.predict import METHODS, PredictionContext
 
 DEFAULT_LEVEL = 0.9
 MAX_FOLDS = 10
-REGION_PERCENTILE = 95.0
-EDGE_FRACTION = 0.05
+# Level of the region check's conformal outlier test (see region_distances).
+REGION_ALPHA = 0.05
+# One-sided 95 % normal quantile: how many standard errors a sample score must lie beyond
+# the references' range before it counts as beyond it.
 SAMPLE_Z = 1.645
 SIGMA_FLOOR = 1e-3
 # Methods whose prediction of a cell reads the cell's own scores: their residual against a
@@ -390,6 +393,16 @@ def prediction_intervals(
 # ----------------------------------------------------------------------- extrapolation
 
 
+def _warning_allowed(context: PredictionContext) -> np.ndarray:
+    """``allowed[i, j]``: j's references may inform i's cells under the context's holdout."""
+    if context.holdout == "family":
+        return _family_allowed(context)
+    allowed = ~np.eye(len(context.models), dtype=bool)
+    if context.targets is not None:
+        allowed &= ~np.asarray(context.targets, dtype=bool)[None, :]
+    return allowed
+
+
 def _nearest_reference(
     distances: np.ndarray, references: np.ndarray, allowed: np.ndarray
 ) -> np.ndarray:
@@ -397,38 +410,168 @@ def _nearest_reference(
     return np.where(usable, distances[:, :, None], np.inf).min(axis=1)
 
 
+def conformal_outlier_threshold(values: np.ndarray, alpha: float = REGION_ALPHA) -> float:
+    """The smallest threshold whose exceedance is a conformal outlier at level ``alpha``.
+
+    A new value d has conformal p-value ``(1 + #{values ≥ d}) / (n + 1)`` against the
+    ``n`` finite calibration ``values``; ``p ≤ alpha`` exactly when d exceeds the
+    ``(c + 1)``-th largest value, ``c = floor(alpha · (n + 1) − 1)``. Under
+    exchangeability of d with the values, ``P(d > threshold) ≤ alpha``. ``inf`` (never
+    exceeded) when ``c < 0``: fewer than ``1 / alpha − 1`` values.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    finite = np.asarray(values, dtype=float).ravel()
+    finite = np.sort(finite[np.isfinite(finite)])[::-1]
+    c = math.floor(alpha * (len(finite) + 1) - 1 + 1e-9)
+    return float(finite[c]) if c >= 0 else float("inf")
+
+
+def region_budget(context: PredictionContext) -> np.ndarray:
+    """Responses per task of a typical warned cell: the median over the target models'
+    observed cells (every model's when there are no targets); 0 where none is observed."""
+    n = context.n_responses
+    rows = np.ones(len(context.models), dtype=bool)
+    if context.targets is not None and np.asarray(context.targets, dtype=bool).any():
+        rows = np.asarray(context.targets, dtype=bool)
+    budget = np.zeros(len(context.tasks), dtype=int)
+    for t in range(len(context.tasks)):
+        observed = n[rows, t][n[rows, t] > 0]
+        if len(observed):
+            budget[t] = int(np.floor(np.median(observed) + 0.5))
+    return budget
+
+
+def _u_distances(space) -> np.ndarray:
+    """D at the space's chosen bandwidth from U-statistic affinities (self pairs dropped)."""
+    sums = getattr(space, "kernel_sums_", None)
+    grid = np.asarray(getattr(space, "bandwidth_grid_", []), dtype=float)
+    if not sums or not len(grid):
+        return space.distance_matrix_
+    best = int(np.argmin(np.abs(grid - space.query_bandwidth_)))
+    affinity, _ = kernels.affinity_from_sums(sums[best], "exclude")
+    return kernels.distance_from_affinity(affinity)[0]
+
+
+def _budget_copies(context: PredictionContext, budget: np.ndarray, references: np.ndarray):
+    """Every reference model subsampled to ``budget`` responses per task (seeded).
+
+    Returns the copies' records (model renamed, family kept) and the copy name of each
+    model (None for non-references), or ``(None, None)`` when no reference has more
+    responses than the budget on any task (the references already are at the budget).
+    """
+    is_reference = np.isfinite(references).any(axis=1)
+    if not is_reference.any() or not (context.n_responses[is_reference] > budget[None, :]).any():
+        return None, None
+    frame = context.prepared.frame
+    names = set(context.models)
+    copy_of = {}
+    for model in context.models[is_reference]:
+        name = f"{model} [budget copy]"
+        while name in names:
+            name += "'"
+        copy_of[model] = name
+    seed = context.space_params.get("random_state", 0)
+    rows = frame[frame["model"].isin(copy_of)]
+    rows = rows.sample(frac=1.0, random_state=0 if seed is None else int(seed))
+    rank = rows.groupby(["model", "task"], sort=False).cumcount().to_numpy()
+    cap = pd.Series(budget, index=context.tasks).reindex(rows["task"]).to_numpy()
+    copies = rows[rank < cap].assign(model=lambda f: f["model"].map(copy_of))
+    return copies, [copy_of.get(model) for model in context.models]
+
+
 def region_distances(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
     """Nearest-reference distance of every cell, and each task's region threshold.
 
-    Distances are in the PKPS coordinates, to the references the cell's holdout allows.
-    The threshold of task t is the :data:`REGION_PERCENTILE` percentile of the
-    references' own leave-one-family-out nearest-reference distances on t.
+    Distances are PKPS distances D (Eq. 1–2 at the fitted bandwidth) from U-statistic
+    affinities (the self pairs j = l dropped from A_ii), to the references the cell's
+    holdout allows that have a reference on the task. The calibration set of task t: for
+    every reference model with a reference on t, a copy of it subsampled at random to
+    :func:`region_budget` responses per task, and the copy's distance to the nearest
+    reference of another family (not a target). Targets and copies are embedded together
+    in one space at the fitted bandwidth, so the calibration distances carry the same
+    estimation noise as a thinly observed target's. The threshold is the order statistic
+    of a conformal outlier test at :data:`REGION_ALPHA`: a distance above it has p-value
+    ``(1 + #{calibration ≥ d}) / (n + 1) ≤ REGION_ALPHA``; ``inf`` (never) with fewer than
+    ``1 / REGION_ALPHA − 1`` calibration copies.
     """
     store = context.__dict__.setdefault("_trust_memo", {})
-    if "region" not in store:
-        embedding = context.pkps.embedding_
-        distances = cdist(embedding, embedding)
-        references = context.training_references
-        if context.holdout == "family":
-            allowed = _family_allowed(context)
-        else:
-            allowed = ~np.eye(len(context.models), dtype=bool)
-            if context.targets is not None:
-                allowed &= ~np.asarray(context.targets, dtype=bool)[None, :]
-        nearest = _nearest_reference(distances, references, allowed)
-        own = _nearest_reference(distances, references, _family_allowed(context))
-        own = np.where(np.isfinite(references) & np.isfinite(own), own, np.nan)
-        with np.errstate(all="ignore"):
-            threshold = np.array(
-                [
-                    np.nanpercentile(own[:, t], REGION_PERCENTILE)
-                    if np.isfinite(own[:, t]).any()
-                    else np.nan
-                    for t in range(len(context.tasks))
-                ]
-            )
-        store["region"] = (nearest, threshold)
+    if "region" in store:
+        return store["region"]
+    references = context.training_references
+    space = context.pkps
+    budget = region_budget(context)
+    copies, copy_names = _budget_copies(context, budget, references)
+    if copies is None:
+        distances = _u_distances(space)
+        originals = np.arange(len(context.models))
+        copy_index = originals
+    else:
+        from pkps_core.space import PerspectiveSpace, prepare_cache
+
+        augmented = pd.concat([context.prepared.frame, copies], ignore_index=True)
+        params = {**context.space_params, "query_kernel": "rbf"}
+        params["query_bandwidth"] = space.query_bandwidth_
+        params["self_pairs"] = "exclude"  # the approximation error is checked on these D
+        if space.response_kernel == "rbf":
+            params["response_bandwidth"] = space.response_bandwidth_
+        fit = PerspectiveSpace(**params).fit(
+            None, prepared=prepare_cache(augmented, validated=True)
+        )
+        position = {model: k for k, model in enumerate(fit.models_)}
+        originals = np.array([position[model] for model in context.models])
+        copy_index = np.array([position.get(name, -1) if name else -1 for name in copy_names])
+        distances = _u_distances(fit)
+    nearest = _nearest_reference(
+        distances[np.ix_(originals, originals)], references, _warning_allowed(context)
+    )
+    calibration = np.full(references.shape, np.nan)
+    has_copy = copy_index >= 0
+    own = _nearest_reference(
+        distances[np.ix_(copy_index[has_copy], originals)],
+        references,
+        _family_allowed(context)[has_copy],
+    )
+    calibration[has_copy] = np.where(
+        np.isfinite(references[has_copy]) & np.isfinite(own), own, np.nan
+    )
+    threshold = np.array(
+        [conformal_outlier_threshold(calibration[:, t]) for t in range(len(context.tasks))]
+    )
+    store["region"] = (nearest, threshold)
     return store["region"]
+
+
+def pooled_score_position(
+    context: PredictionContext, allowed: np.ndarray | None = None
+) -> pd.DataFrame:
+    """Each model's sample score pooled over its observed tasks, against the references.
+
+    Per model i with scored tasks T_i: ``pooled`` = mean over T_i of its sample scores
+    (tasks weigh equally, as in the full score), ``se`` = sqrt(Σ_t s_t² / n_it) / |T_i|
+    its sampling error (s_t: the task's pooled within-cell item SD), and ``ref_min``,
+    ``ref_max`` = the range over the allowed references with a reference on every task of
+    T_i of their mean reference over T_i; ``n_refs`` counts them.
+    """
+    if allowed is None:
+        allowed = _warning_allowed(context)
+    sample, n = context.sample, np.maximum(context.n_responses, 1)
+    references = context.training_references
+    sd = np.nan_to_num(_task_item_sd(context))
+    rows = []
+    for i in range(len(context.models)):
+        tasks = np.isfinite(sample[i])
+        row = {"n_tasks": int(tasks.sum()), "n_responses": int(context.n_responses[i, tasks].sum())}
+        row.update(pooled=np.nan, se=np.nan, ref_min=np.nan, ref_max=np.nan, n_refs=0)
+        if tasks.any():
+            row["pooled"] = float(sample[i, tasks].mean())
+            row["se"] = float(np.sqrt(np.sum(sd[tasks] ** 2 / n[i, tasks])) / tasks.sum())
+            usable = allowed[i] & np.isfinite(references[:, tasks]).all(axis=1)
+            if usable.any():
+                scores = references[np.ix_(usable, tasks)].mean(axis=1)
+                row.update(ref_min=scores.min(), ref_max=scores.max(), n_refs=int(usable.sum()))
+        rows.append(row)
+    return pd.DataFrame(rows, index=context.models)
 
 
 def extrapolation_warnings(
@@ -436,76 +579,103 @@ def extrapolation_warnings(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Flag cells whose prediction extrapolates beyond the references.
 
-    A cell (of any method but ``sample``, which uses no references) is flagged when
+    Every predicted cell of every method but ``sample`` (which uses no references) is
+    flagged when at least one of three checks fires. "References" are the models whose
+    references the cell's holdout allows (under family holdout: other families; never a
+    target).
 
-    * its model's nearest allowed reference on the task (PKPS coordinates) is farther than
-      the task's :func:`region_distances` threshold ("outside the references' region");
-    * fewer than :data:`EDGE_FRACTION` of the allowed references on the task (and at
-      least one: with fewer than 20 references, none) score as high as its prediction,
-      or as low ("at the edge of the range");
-    * its own sample score lies beyond the references' range by more than
-      ``1.645 · s_t / sqrt(n)`` (its sampling error) — the model looks better (or worse)
-      than every reference.
+    1. **The model's pooled score lies beyond the references' range** (model level: all
+       of the model's predicted cells, observed or not). With T_i the tasks where model i
+       has scored responses, its pooled score is the mean over T_i of its sample scores,
+       with standard error ``sqrt(Σ_t s_t² / n_it) / |T_i|`` (s_t: the task's pooled
+       within-cell item SD); each reference with a reference on every task of T_i scores
+       the mean of its references over T_i (:func:`pooled_score_position`). The check
+       fires when the pooled score exceeds the highest reference's by more than
+       :data:`SAMPLE_Z` (1.645) standard errors, or falls below the lowest by as much (at
+       least two references needed). This is the second paper's failure mode — a new
+       model better than every reference: nothing vouches for it, and KNN-type
+       predictions are pulled back into the references' range. Pooling over tasks shrinks
+       the noise by sqrt(|T_i|), so a thinly observed model can be placed where a single
+       cell cannot.
+    2. **The cell's own score lies beyond the task's range** (per cell): its sample score
+       lies above the highest reference on the task by more than ``1.645 · s_t /
+       sqrt(n)`` (its sampling error), or below the lowest by as much (at least two
+       references on the task).
+    3. **The model lies outside the references' region of the perspective space**
+       (:func:`region_distances`): its PKPS distance D (from U-statistic affinities: the
+       self pairs dropped) to the nearest reference with a reference on the task is an
+       outlier at level :data:`REGION_ALPHA` (5 %) in a conformal test against the same
+       distance for each reference re-observed at the targets' budget (a copy subsampled
+       to :func:`region_budget` responses per task, embedded together with everyone at the
+       fitted bandwidth, distance to the nearest reference of another family). Matching
+       the budget matters: a model observed on a small core set sits farther from
+       everyone than a fully observed reference — Eq. 1 adds a self-pair term ~1/m to
+       A_ii, and fewer responses estimate the kernel mean with more noise — so a threshold
+       from the fully observed references flags thin but ordinary models (on AlpacaEval,
+       about half of the random-split targets).
+
+    Why not "the prediction sits at the edge of the references' range": measured under
+    the second paper's splits (``bench/trust_table.py``) it says more about the method
+    than about the model. A KNN average rarely reaches the edge even for a model far
+    beyond it, while methods that read the cell's own scores reach it by sampling noise:
+    on AlpacaEval, where many win rates are near 0, it fired on a third or more of the
+    random-split cells of ``ensemble`` and ``aipw``, with below-median errors on average.
+    The edge criterion is applied to the model's own scores instead (checks 1 and 2),
+    with an allowance for their noise.
 
     Returns
     -------
     flags : ndarray of bool (n_models, n_tasks)
-    reasons : ndarray of str (n_models, n_tasks), "" where not flagged
+    reasons : ndarray of str (n_models, n_tasks), "" where not flagged; the checks that
+        fired, separated by "; ".
 
     Notes
     -----
-    The region threshold comes from the references as they are observed. A model observed
-    with far fewer responses than the references sits farther from everyone in the space
-    (see the self-pairs note in DESIGN.md), so thinly observed targets among fully observed
-    references are flagged more often than their errors justify
-    (``bench/trust_table.py`` measures it).
+    The region check is calibrated at one budget per task (the targets' median); a target
+    observed far more thinly than the other targets is compared with references at the
+    typical target budget, so it is flagged more easily. With fewer than 19 calibration
+    references on a task the region check cannot fire (a 5 % conformal test needs them).
+    The pooled score of check 1 weighs tasks equally and compares the model's scores with
+    the references' on the same tasks; it is blind to a model that is beyond the range on
+    some tasks and inside it on others (check 2 sees those cells when their noise allows).
     """
     shape = (len(context.models), len(context.tasks))
     flags = np.zeros(shape, dtype=bool)
     reasons = np.full(shape, "", dtype=object)
     if method == "sample":
         return flags, reasons
+    allowed = _warning_allowed(context)
     nearest, threshold = region_distances(context)
-    allowed = _family_allowed(context) if context.holdout == "family" else None
-    if allowed is None:
-        allowed = ~np.eye(shape[0], dtype=bool)
-        if context.targets is not None:
-            allowed &= ~np.asarray(context.targets, dtype=bool)[None, :]
+    position = pooled_score_position(context, allowed)
     stack = _allowed_reference_stack(context.training_references, allowed)
     finite = np.isfinite(stack)
     n_refs = finite.sum(axis=1)
     with np.errstate(all="ignore"):
         ref_min = np.where(finite, stack, np.inf).min(axis=1)
         ref_max = np.where(finite, stack, -np.inf).max(axis=1)
-        at_least = (finite & (stack >= prediction[:, None, :])).sum(axis=1)
-        at_most = (finite & (stack <= prediction[:, None, :])).sum(axis=1)
-    has_range = n_refs >= 2
-    # "At the edge": fewer than 5 % of the references (at least one) are as extreme.
-    edge_count = np.maximum(1, np.ceil(EDGE_FRACTION * n_refs))
     sd = _task_item_sd(context)[None, :]
     sample = context.sample
     n = np.maximum(context.n_responses, 1)
     noise = SAMPLE_Z * np.nan_to_num(sd) / np.sqrt(n)
-    predicted = np.isfinite(prediction)
-    for i, t in zip(*np.nonzero(predicted), strict=True):
-        why = []
-        if np.isfinite(threshold[t]) and nearest[i, t] > threshold[t]:
-            why.append(
-                f"outside the references' region (nearest reference at {nearest[i, t]:.3g} "
-                f"> {REGION_PERCENTILE:.0f}th percentile {threshold[t]:.3g})"
+    model_reason = [""] * shape[0]
+    for i, row in enumerate(position.itertuples()):
+        if row.n_refs < 2 or not np.isfinite(row.pooled):
+            continue
+        margin = SAMPLE_Z * row.se
+        where = f"over {row.n_tasks} tasks ({row.n_responses} responses)"
+        if row.pooled - margin > row.ref_max:
+            model_reason[i] = (
+                f"model's pooled sample score {row.pooled:.3g} {where} above every "
+                f"reference's (max {row.ref_max:.3g}) by more than {SAMPLE_Z} SE ({row.se:.2g})"
             )
-        if has_range[i, t] and ref_max[i, t] > ref_min[i, t]:
-            if at_least[i, t] < edge_count[i, t]:
-                why.append(
-                    f"prediction at the top of the references' range ({at_least[i, t]} of "
-                    f"{n_refs[i, t]} references as high, max {ref_max[i, t]:.3g})"
-                )
-            elif at_most[i, t] < edge_count[i, t]:
-                why.append(
-                    f"prediction at the bottom of the references' range ({at_most[i, t]} of "
-                    f"{n_refs[i, t]} references as low, min {ref_min[i, t]:.3g})"
-                )
-        if has_range[i, t] and np.isfinite(sample[i, t]):
+        elif row.pooled + margin < row.ref_min:
+            model_reason[i] = (
+                f"model's pooled sample score {row.pooled:.3g} {where} below every "
+                f"reference's (min {row.ref_min:.3g}) by more than {SAMPLE_Z} SE ({row.se:.2g})"
+            )
+    for i, t in zip(*np.nonzero(np.isfinite(prediction)), strict=True):
+        why = [model_reason[i]] if model_reason[i] else []
+        if n_refs[i, t] >= 2 and np.isfinite(sample[i, t]):
             if sample[i, t] - noise[i, t] > ref_max[i, t]:
                 why.append(
                     f"own sample score {sample[i, t]:.3g} ({context.n_responses[i, t]} "
@@ -516,6 +686,12 @@ def extrapolation_warnings(
                     f"own sample score {sample[i, t]:.3g} ({context.n_responses[i, t]} "
                     f"responses) below every reference (min {ref_min[i, t]:.3g})"
                 )
+        if nearest[i, t] > threshold[t]:
+            why.append(
+                f"outside the references' region (nearest reference at {nearest[i, t]:.3g} "
+                f"> {threshold[t]:.3g}, conformal p ≤ {REGION_ALPHA:g} against references "
+                "at the same budget)"
+            )
         if why:
             flags[i, t] = True
             reasons[i, t] = "; ".join(why)

@@ -184,3 +184,24 @@ def test_rbf_kernel_has_no_subnormal_values():
     assert values[0, 0] == 1.0 and values[0, 1] == np.exp(-0.5)
     assert values[0, 2] == np.exp(-700.0)  # still a normal double: kept
     np.testing.assert_array_equal(values[0, 3:], 0.0)  # exp(-715) and below: subnormal
+
+
+@pytest.mark.parametrize("self_pairs", ["include", "exclude"])
+@pytest.mark.parametrize("rank", [8, 24, 64])
+def test_nystrom_bound_holds(rank, self_pairs):
+    # the certificate the Nyström path may use instead of a sampled check must cover the
+    # true change of D, also for ranks far too low to pass the tolerance
+    from pkps_core.affinity import _rank_path_sums
+
+    layout, features, queries = _many_query_cache()
+    sq = kernels.squared_distances(queries)
+    wide = 2.0 * float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
+    engine = AffinityEngine(layout, features, queries)
+    factor = engine._nystrom_factor(wide, rank)
+    approx = engine._wrap(*_rank_path_sums(layout, engine.features, factor))
+    exact = engine._wrap(*engine.factorized(kernels.rbf_from_squared(sq, wide)))
+    bound = engine.nystrom_bound(approx, factor, self_pairs)
+    d_exact, d_approx = _distance(exact, self_pairs), _distance(approx, self_pairs)
+    true_error = np.abs(d_approx - d_exact).max() / d_approx.max()
+    assert true_error > 0
+    assert true_error <= bound
