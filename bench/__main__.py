@@ -1,6 +1,7 @@
 """``python -m bench``: the performance table of the affinity / perspective-space path.
 
-Each (size, pairing) runs in its own process (``bench.run_one``) with BLAS threads pinned,
+Each (size, pairing) runs in its own process (``bench.run_one``) with BLAS threads pinned
+(the per-model gathers of ``pkps_core.kernels.FactorizedSums`` use as many threads as BLAS),
 so peak memory is per configuration. Options: ``--sizes S,M,L,XL``, ``--pairings
 paired,unpaired``, ``--repeats N``, ``--no-check`` (skip the exact-path comparisons).
 """
@@ -56,10 +57,8 @@ def main() -> None:
                 continue
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     table = pd.DataFrame(rows)
-    if "paths" in table:
-        table["paths"] = table["paths"].map(
-            lambda p: ",".join(sorted(set(p))) if isinstance(p, list) else p
-        )
+    if "paths" in table:  # one entry per bandwidth of the CV grid, in grid order
+        table["paths"] = table["paths"].map(lambda p: "/".join(p) if isinstance(p, list) else p)
     print(f"BLAS threads pinned to {args.threads}; times are medians (s); peak RSS per process")
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(table.to_markdown(index=False) if _has_tabulate() else table.to_string(index=False))

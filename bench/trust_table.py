@@ -33,7 +33,8 @@ from pkps_core.trust import coverage_table
 
 ALPACA = Path(__file__).resolve().parents[2] / "shared/data/alpaca_eval/alpaca_eval_40.parquet"
 COVERAGE_METHODS = ["sample", "pkps", "ensemble"]
-SPLIT_METHODS = ["sample", "rs-learn", "aipw", "pkps", "ensemble"]
+# lrmc is left out by default: its cross-conformal calibration costs ~30 s per split and seed.
+SPLIT_METHODS = ["sample", "rs-learn", "aipw", "irt", "dkps", "pkps", "ensemble"]
 
 
 def datasets() -> dict[str, pd.DataFrame]:
@@ -66,7 +67,9 @@ def coverage_rows(records: pd.DataFrame, budgets, seeds, level: float) -> pd.Dat
     return pd.concat(parts, ignore_index=True)
 
 
-def split_rows(records: pd.DataFrame, split: str, seeds, core_set: int, level: float):
+def split_rows(
+    records: pd.DataFrame, split: str, seeds, core_set: int, level: float, methods=SPLIT_METHODS
+):
     truth = full_scores(records)
     parts = []
     for seed in seeds:
@@ -74,7 +77,7 @@ def split_rows(records: pd.DataFrame, split: str, seeds, core_set: int, level: f
         context = build_context(
             masked, holdout="family", targets=list(targets), space_params={"random_state": seed}
         )
-        frame = predict(context, SPLIT_METHODS, intervals=level)
+        frame = predict(context, methods, intervals=level)
         frame = frame[frame["model"].isin(targets)]
         parts.append(_with_truth(frame, truth).assign(split=split, seed=seed))
     frame = pd.concat(parts, ignore_index=True).dropna(subset=["prediction", "true_score"])
@@ -110,16 +113,65 @@ def confusion(extrapolation: pd.DataFrame, interpolation: pd.DataFrame) -> pd.Da
     return pd.DataFrame(rows)
 
 
+def seed_table(extrapolation: pd.DataFrame, interpolation: pd.DataFrame) -> pd.DataFrame:
+    """Recall (extrapolation split) and warn rate (random split) per method and seed."""
+    median = interpolation.groupby("method")["abs_err"].median()
+    large = extrapolation["abs_err"] > extrapolation["method"].map(median)
+    warned = extrapolation["extrapolation"].astype(bool)
+    recall = (warned & large).groupby([extrapolation["method"], extrapolation["seed"]]).sum() / (
+        large.groupby([extrapolation["method"], extrapolation["seed"]]).sum().clip(lower=1)
+    )
+    rate = interpolation.groupby(["method", "seed"])["extrapolation"].mean()
+    table = pd.concat({"recall": recall, "warn_rate": rate}, axis=1)
+    table = table.drop(index="sample", level="method", errors="ignore")
+    return table.unstack("seed").swaplevel(axis=1).sort_index(axis=1, level=0, sort_remaining=False)
+
+
+REASON_KINDS = (
+    ("model's pooled sample score", "model's pooled score {side} every reference"),
+    ("own sample score", "cell's own score {side} every reference"),
+    ("outside the references' region", "outside the references' region"),
+)
+
+
+def reason_kind(reason: str) -> str:
+    """The check a reason clause comes from, without its numbers."""
+    side = "above" if " above every " in reason else "below"
+    for prefix, kind in REASON_KINDS:
+        if reason.startswith(prefix):
+            return kind.format(side=side)
+    return reason
+
+
+def reason_counts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Cells per check that fired (a cell counts once per check) and split."""
+    frame = frame[frame["method"] != "sample"]
+    warned = frame[frame["extrapolation"].astype(bool)]
+    clauses = warned.assign(reason=warned["extrapolation_reason"].str.split("; ")).explode("reason")
+    clauses["reason"] = clauses["reason"].map(reason_kind)
+    splits = list(dict.fromkeys(frame["split"]))
+    counts = clauses.groupby(["reason", "split"]).size().unstack("split", fill_value=0)
+    counts = counts.reindex(columns=splits)
+    cells = frame.groupby("split").size()
+    counts.loc["(warned cells)"] = warned.groupby("split").size()
+    counts.loc["(all cells)"] = cells
+    return counts.fillna(0).astype(int)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     parser.add_argument("--budgets", default="1,4")
     parser.add_argument("--core-set", type=int, default=16)
     parser.add_argument("--level", type=float, default=0.9)
     parser.add_argument("--skip", default="", help="comma-separated: coverage,splits")
+    parser.add_argument(
+        "--split-methods", default=",".join(SPLIT_METHODS), help="methods of table (b)"
+    )
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
-    seeds = range(args.seeds)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     skip = set(filter(None, args.skip.split(",")))
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 30)
@@ -142,16 +194,20 @@ def main() -> None:
             table = table.join(spread.add_prefix("seed_").reset_index(drop=True))
             print(
                 f"\n(a) {name}: coverage of the {args.level:.0%} intervals, query-efficiency, "
-                f"{args.seeds} seeds ({time.perf_counter() - started:.0f} s)"
+                f"seeds {seeds.start}-{seeds.stop - 1} ({time.perf_counter() - started:.0f} s)"
             )
             print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         if "splits" not in skip:
             started = time.perf_counter()
-            extrapolation = split_rows(records, "extrapolation", seeds, args.core_set, args.level)
-            interpolation = split_rows(records, "interpolation", seeds, args.core_set, args.level)
+            methods = args.split_methods.split(",")
+            extrapolation, interpolation = (
+                split_rows(records, split, seeds, args.core_set, args.level, methods)
+                for split in ("extrapolation", "interpolation")
+            )
             print(
                 f"\n(b) {name}: extrapolation warnings vs error > interpolation median, core "
-                f"set {args.core_set}, {args.seeds} seeds ({time.perf_counter() - started:.0f} s)"
+                f"set {args.core_set}, seeds {seeds.start}-{seeds.stop - 1} "
+                f"({time.perf_counter() - started:.0f} s)"
             )
             print(
                 confusion(extrapolation, interpolation).to_string(
@@ -159,16 +215,11 @@ def main() -> None:
                 )
             )
             both = pd.concat([extrapolation, interpolation])
-            warned = both[both["extrapolation"].astype(bool)]
-            kinds = warned.assign(reason=warned["extrapolation_reason"].str.split("; ")).explode(
-                "reason"
-            )
-            kinds["reason"] = kinds["reason"].str.split(" \\(").str[0]
-            kinds["reason"] = kinds["reason"].str.replace(
-                r"own sample score .*", "own sample score beyond", regex=True
-            )
+            print("\nper seed (recall in the extrapolation split / warn rate in the random split):")
+            spread = seed_table(extrapolation, interpolation)
+            print(spread.to_string(float_format=lambda x: f"{x:.2f}"))
             print("\nwhy the warning fired (cells, all methods but sample, by split):")
-            print(kinds.groupby(["reason", "split"]).size().unstack("split").to_string())
+            print(reason_counts(both).to_string())
 
 
 if __name__ == "__main__":
