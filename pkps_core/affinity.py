@@ -52,6 +52,7 @@ EXACT_MAX_QUERIES = 4096  # above this many unique queries, wide bandwidths try 
 DENSE_SQDIST_MAX_BYTES = 2 << 30
 VERIFY_MODELS = 8
 RANK_PROBE_QUERIES = 600
+RANK_PROBE_TAIL = 1e-4  # try Nyström when half the probe keeps all but this of K_Q's trace
 
 
 @dataclass(frozen=True)
@@ -305,10 +306,13 @@ class AffinityEngine:
         return cross @ (vectors[:, keep] / np.sqrt(values[keep]))
 
     def _rank_estimate(self, bandwidth: float) -> int | None:
-        """Rank that keeps all but 1e-6 of the trace of K_Q on a seeded query subsample.
+        """A starting Nyström rank from the spectrum of K_Q on a seeded query subsample.
 
-        None when the subsample is not low rank (more than half its size is needed): a
-        Nyström factor would then need nearly every query, and the exact path is cheaper.
+        None when the subsample is not low rank — more than half its size is needed to
+        keep all but :data:`RANK_PROBE_TAIL` of its trace: a Nyström factor would then
+        need nearly every query, and the exact path is cheaper. Otherwise the rank that
+        keeps all but 1e-6 of the trace (or, when that is beyond the subsample, the one
+        for the probe's tail), doubled by the caller.
         """
         rng = np.random.default_rng(self.random_state)
         n_q = self.layout.n_queries
@@ -318,8 +322,12 @@ class AffinityEngine:
             kernels.rbf_from_squared(kernels.squared_distances(sub), bandwidth)
         )[::-1]
         tail = 1.0 - np.cumsum(values) / values.sum()
-        needed = int(np.searchsorted(-tail, -1e-6)) + 1
-        return needed if needed <= len(sample) // 2 else None
+        half = len(sample) // 2
+        coarse = int(np.searchsorted(-tail, -RANK_PROBE_TAIL)) + 1
+        if coarse > half:
+            return None
+        fine = int(np.searchsorted(-tail, -1e-6)) + 1
+        return fine if fine <= half else coarse
 
     def _verify(self, bandwidth: float, sums: kernels.KernelSums, self_pairs: str) -> float:
         """Max relative error of D on a seeded sample of models, against the exact sums."""
@@ -355,7 +363,7 @@ class AffinityEngine:
         wants_nystrom = self.method == "nystrom" or n_q > EXACT_MAX_QUERIES or not sq_fits
         low_rank = self._rank_estimate(bandwidth) if wants_nystrom else None
         if wants_nystrom and (low_rank is not None or self.method == "nystrom" or not sq_fits):
-            rank = max(128, 2 * (low_rank or 128))
+            rank = max(256, 2 * (low_rank or 128))
             attempts = 0
             while rank < n_q and attempts < 3:
                 attempts += 1
