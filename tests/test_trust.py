@@ -160,8 +160,8 @@ def test_sample_predictions_are_never_flagged(synthetic_runs):
     sample = synthetic_runs[synthetic_runs["method"] == "sample"]
     assert not sample["extrapolation"].any()
     pkps = synthetic_runs[synthetic_runs["method"] == "pkps"]
-    # References' own leave-one-family-out distances set a 95th-percentile threshold:
-    # in-distribution models are rarely outside the region.
+    # Every model is observed at the same budget here and none lies beyond the others:
+    # the 5 % conformal region test and the score checks rarely fire.
     assert pkps["extrapolation"].mean() < 0.2
 
 
