@@ -48,7 +48,8 @@ METHODS = ("auto", "exact", "sparse", "nystrom")
 SPARSE_THRESHOLD = 1e-16  # query-kernel entries below this are dropped on the sparse path
 SPARSE_MAX_DENSITY = 0.02  # above this fraction of kept entries the dense product is cheaper
 SPARSE_TOL = 1e-7  # largest accepted bound on max |ΔD| / max D for the sparse path
-EXACT_MAX_QUERIES = 4096  # above this many unique queries, wide bandwidths try Nyström
+EXACT_MAX_QUERIES = 1024  # above this many unique queries, wide bandwidths try Nyström
+MEASURED_MIN_QUERIES = 4096  # ... and from this many on, also accept it by a sampled check
 DENSE_SQDIST_MAX_BYTES = 2 << 30
 VERIFY_MODELS = 8
 RANK_PROBE_QUERIES = 600
@@ -142,6 +143,7 @@ class AffinityEngine:
         self.random_state = random_state
         self._sqdist = None
         self._factorized = None
+        self._self = None
         self.reports: list[SumsReport] = []
 
     @property
@@ -278,6 +280,11 @@ class AffinityEngine:
         return result
 
     def _self_sums(self):
+        if self._self is None:
+            self._self = self._compute_self_sums()
+        return self._self
+
+    def _compute_self_sums(self):
         if self.response_kernel == "rbf":
             self_kernel = np.ones(self.layout.n_responses)
         else:
@@ -327,7 +334,10 @@ class AffinityEngine:
         if coarse > half:
             return None
         fine = int(np.searchsorted(-tail, -1e-6)) + 1
-        return fine if fine <= half else coarse
+        if fine <= half:
+            return fine
+        # only the coarse tail is reached: worth a try where a sampled check is affordable
+        return coarse if self.layout.n_queries > MEASURED_MIN_QUERIES else None
 
     def _verify(self, bandwidth: float, sums: kernels.KernelSums, self_pairs: str) -> float:
         """Max relative error of D on a seeded sample of models, against the exact sums."""
@@ -375,6 +385,8 @@ class AffinityEngine:
                         SumsReport(bandwidth, "nystrom", bound, factor.shape[1], "bound")
                     )
                     return result
+                if n_q <= MEASURED_MIN_QUERIES and sq_fits and self.method != "nystrom":
+                    break  # checking on sampled models would cost about as much as exact
                 error = self._verify(bandwidth, result, self_pairs)
                 if error <= self.tol or not sq_fits:
                     self.reports.append(

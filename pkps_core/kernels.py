@@ -36,6 +36,7 @@ SELF_PAIR_MIN_MASS = 1e-6
 # than gathering each model's kernel columns.
 DENSE_TRANSFER_DENSITY = 0.5
 GATHER_COLUMNS = 1024  # query-kernel columns gathered per product on the gather path
+PARALLEL_MIN_ENTRIES = 1 << 20  # kernel matrices at least this large are exponentiated in parallel
 LEFT_CACHE_BYTES = 2 << 30  # FactorizedSums keeps Y (n_models x (p+1) x n_queries) up to this
 UNDERFLOW_EXPONENT = 708.0  # exp(-708) ≈ 3.3e-308 is still a normal double
 _UNDERFLOW_VALUE = float(np.exp(-UNDERFLOW_EXPONENT))
@@ -107,7 +108,10 @@ def squared_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     b = a if b is None else b
     sq_a = np.einsum("ij,ij->i", a, a)
     sq_b = sq_a if b_is_a else np.einsum("ij,ij->i", b, b)
-    out = sq_a[:, None] + sq_b[None, :] - 2.0 * (a @ b.T)
+    out = a @ b.T  # in place from here: no full-size temporaries
+    out *= -2.0
+    out += sq_a[:, None]
+    out += sq_b[None, :]
     np.maximum(out, 0.0, out=out)
     if b_is_a:
         np.fill_diagonal(out, 0.0)
@@ -115,17 +119,46 @@ def squared_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
 
 
 def rbf_from_squared(sq: np.ndarray, bandwidth: float) -> np.ndarray:
-    """``exp(-sq / (2 bandwidth^2))``; bandwidth 0 is the delta limit (1 where sq == 0)."""
+    """``exp(-sq / (2 bandwidth^2))``; bandwidth 0 is the delta limit (1 where sq == 0).
+
+    Large matrices are done in row chunks on as many threads as BLAS may use (numpy's
+    elementwise loops release the GIL).
+    """
     if bandwidth <= 0:
         return (sq == 0).astype(float)
-    out = np.multiply(sq, -1.0 / (2.0 * bandwidth * bandwidth))
-    # exp(-708) is the smallest normal double; below it the values are subnormal, and
-    # subnormal operands slow matrix products by an order of magnitude. They are set to 0:
-    # each is < 2.3e-308, so a kernel sum over m·m' pairs changes by < m·m'·2.3e-308.
-    np.maximum(out, -UNDERFLOW_EXPONENT, out=out)
-    np.exp(out, out=out)
-    out[out <= _UNDERFLOW_VALUE] = 0.0
+    scale = -1.0 / (2.0 * bandwidth * bandwidth)
+    out = np.empty(sq.shape)
+    if sq.ndim != 2 or sq.size < PARALLEL_MIN_ENTRIES or len(sq) < 2:
+        _rbf_rows(sq, scale, out)
+        return out
+    threads = blas_threads()
+    if threads <= 1:
+        _rbf_rows(sq, scale, out)
+        return out
+    edges = np.linspace(0, len(sq), 2 * threads + 1).astype(int)
+    with ThreadPoolExecutor(threads) as pool:
+        list(
+            pool.map(
+                lambda i: _rbf_rows(
+                    sq[edges[i] : edges[i + 1]], scale, out[edges[i] : edges[i + 1]]
+                ),
+                range(len(edges) - 1),
+            )
+        )
     return out
+
+
+def _rbf_rows(sq: np.ndarray, scale: float, out: np.ndarray) -> None:
+    np.multiply(sq, scale, out=out)
+    # exp(-708) is about the smallest normal double; below it the values are subnormal,
+    # and subnormal operands slow matrix products by an order of magnitude. They are set
+    # to 0: each is < 3.3e-308, so a kernel sum over m·m' pairs changes by < m·m'·3.3e-308.
+    if out.size and out.min() < -UNDERFLOW_EXPONENT:
+        np.maximum(out, -UNDERFLOW_EXPONENT, out=out)
+        np.exp(out, out=out)
+        out[out <= _UNDERFLOW_VALUE] = 0.0
+    else:
+        np.exp(out, out=out)
 
 
 def query_kernel_matrix(query_sqdist: np.ndarray | None, bandwidth: float) -> np.ndarray | None:
@@ -192,10 +225,9 @@ class FactorizedSums:
         self.augmented_t = np.ascontiguousarray(self.augmented.T)
         # Y of one query block takes up to 2 blocks of memory (plus its scatter buffer).
         self.step = int(max(1, min(n_q, 2 * block_bytes // (n * self.width * 8))))
-        self.by_query = np.argsort(layout.query_idx, kind="stable")
-        self.sorted_queries = layout.query_idx[self.by_query]
         self.block_bytes = block_bytes
         self.n_threads = blas_threads()
+        self._buffer = None
         self.query_blocks = [(lo, min(n_q, lo + self.step)) for lo in range(0, n_q, self.step)]
         # Y does not depend on the bandwidth: kept across calls while it fits in memory
         keep = n * self.width * n_q * 8 <= LEFT_CACHE_BYTES
@@ -220,7 +252,9 @@ class FactorizedSums:
         layout, width = self.layout, self.width
         bounds, query_idx, model_idx = layout.model_bounds, layout.query_idx, layout.model_idx
         k, span, n_q = stop - start, q_hi - q_lo, layout.n_queries
-        right = np.empty((k, width, span))
+        if self._buffer is None or self._buffer.size < k * width * span:
+            self._buffer = np.empty(k * width * span)  # reused: first touches are slow
+        right = self._buffer[: k * width * span].reshape(k, width, span)
         if (bounds[stop] - bounds[start]) / (n_q * k) >= DENSE_TRANSFER_DENSITY:
             # mostly paired: one product with K_Q beats a gather per model
             if span == n_q:  # Y of these models is this block's left factor
