@@ -201,8 +201,9 @@ if chosen_models:
 if has_intervals:
     st.caption(
         f"Highlighted: {int(table['extrapolation'].sum())} cell(s) whose prediction "
-        "extrapolates beyond the references (outside their region of the perspective space, "
-        "at the edge of their score range, or with an own sample score beyond it)."
+        "extrapolates beyond the references: the model's sample score (pooled over its tasks, "
+        "or the cell's own) lies beyond the references' range, or the model lies outside "
+        "their region of the perspective space. The reason column says which."
     )
     shown = table.style.apply(
         lambda row: ["background-color: #fde2b8" if row["extrapolation"] else ""] * len(row),
