@@ -19,6 +19,7 @@ factorise and is summed over blocks of response pairs.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -37,7 +38,11 @@ SELF_PAIR_MIN_MASS = 1e-6
 DENSE_TRANSFER_DENSITY = 0.5
 GATHER_COLUMNS = 1024  # query-kernel columns gathered per product on the gather path
 PARALLEL_MIN_ENTRIES = 1 << 20  # kernel matrices at least this large are exponentiated in parallel
-LEFT_CACHE_BYTES = 2 << 30  # FactorizedSums keeps Y (n_models x (p+1) x n_queries) up to this
+# FactorizedSums keeps Y (n_models x (p+1) x n_queries) across bandwidths up to this size
+try:
+    LEFT_CACHE_BYTES = min(4 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 6)
+except (AttributeError, ValueError, OSError):  # no sysconf: a conservative 1 GiB
+    LEFT_CACHE_BYTES = 1 << 30
 UNDERFLOW_EXPONENT = 708.0  # exp(-708) ≈ 3.3e-308 is still a normal double
 _UNDERFLOW_VALUE = float(np.exp(-UNDERFLOW_EXPONENT))
 
