@@ -52,7 +52,7 @@ EXACT_MAX_QUERIES = 1024  # above this many unique queries, wide bandwidths try 
 MEASURED_MIN_QUERIES = 4096  # ... and from this many on, also accept it by a sampled check
 DENSE_SQDIST_MAX_BYTES = 2 << 30
 VERIFY_MODELS = 8
-RANK_PROBE_QUERIES = 600
+RANK_PROBE_QUERIES = 600  # (half as many on caches where only the bound can accept Nyström)
 RANK_PROBE_TAIL = 1e-4  # try Nyström when half the probe keeps all but this of K_Q's trace
 
 
@@ -323,7 +323,8 @@ class AffinityEngine:
         """
         rng = np.random.default_rng(self.random_state)
         n_q = self.layout.n_queries
-        sample = rng.choice(n_q, size=min(n_q, RANK_PROBE_QUERIES), replace=False)
+        size = RANK_PROBE_QUERIES if n_q > MEASURED_MIN_QUERIES else RANK_PROBE_QUERIES // 2
+        sample = rng.choice(n_q, size=min(n_q, size), replace=False)
         sub = self.query_vectors[sample]
         values = np.linalg.eigvalsh(
             kernels.rbf_from_squared(kernels.squared_distances(sub), bandwidth)

@@ -36,7 +36,8 @@ SELF_PAIR_MIN_MASS = 1e-6
 # Above this fraction of answered (query, model) slots, K_Q @ Y as one product is cheaper
 # than gathering each model's kernel columns.
 DENSE_TRANSFER_DENSITY = 0.5
-GATHER_COLUMNS = 1024  # query-kernel columns gathered per product on the gather path
+GATHER_COLUMNS = 1024  # query-kernel columns gathered per product on the gather path, at
+GATHER_BYTES = 8 << 20  # least, or as many as fit in this many bytes (measured on L and M)
 PARALLEL_MIN_ENTRIES = 1 << 20  # kernel matrices at least this large are exponentiated in parallel
 # FactorizedSums keeps Y (n_models x (p+1) x n_queries) across bandwidths up to this size
 try:
@@ -286,8 +287,9 @@ class FactorizedSums:
                 return
             # K_Q[Q_i', block], gathered a slab of columns at a time: a gather that stays
             # in cache is several times faster than one of all columns at once
-            for c_lo in range(0, span, GATHER_COLUMNS):
-                c_hi = min(span, c_lo + GATHER_COLUMNS)
+            slab = max(GATHER_COLUMNS, GATHER_BYTES // (8 * max(hi - lo, 1)))
+            for c_lo in range(0, span, slab):
+                c_hi = min(span, c_lo + slab)
                 np.matmul(
                     self.augmented_t[:, lo:hi],
                     columns[query_idx[lo:hi], c_lo:c_hi],
