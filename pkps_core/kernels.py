@@ -227,8 +227,10 @@ class FactorizedSums:
         n, n_q = layout.n_models, layout.n_queries
         self.p = features.shape[1]
         self.width = self.p + 1
-        self.augmented = np.hstack([features, np.ones((layout.n_responses, 1))])
-        self.augmented_t = np.ascontiguousarray(self.augmented.T)
+        self.augmented_t = np.empty((self.width, layout.n_responses))
+        self.augmented_t[: self.p] = features.T
+        self.augmented_t[self.p] = 1.0
+        self.augmented = self.augmented_t.T  # a view: [X, 1] by response
         # Y of one query block takes up to 2 blocks of memory (plus its scatter buffer).
         self.step = int(max(1, min(n_q, 2 * block_bytes // (n * self.width * 8))))
         self.block_bytes = block_bytes
