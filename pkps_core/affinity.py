@@ -281,18 +281,8 @@ class AffinityEngine:
 
     def _self_sums(self):
         if self._self is None:
-            self._self = self._compute_self_sums()
+            self._self = kernels.self_sums(self.layout, self.features, self.response_kernel)
         return self._self
-
-    def _compute_self_sums(self):
-        if self.response_kernel == "rbf":
-            self_kernel = np.ones(self.layout.n_responses)
-        else:
-            self_kernel = np.einsum("ij,ij->i", self.features, self.features)
-        return (
-            np.bincount(self.layout.model_idx, self_kernel, minlength=self.layout.n_models),
-            self.layout.responses_per_model.astype(float),
-        )
 
     def _wrap(self, numerator, denominator) -> kernels.KernelSums:
         self_num, self_den = self._self_sums()

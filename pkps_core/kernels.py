@@ -178,10 +178,20 @@ def query_kernel_matrix(query_sqdist: np.ndarray | None, bandwidth: float) -> np
     return rbf_from_squared(query_sqdist, bandwidth)
 
 
-def _self_sums(layout: ResponseLayout, self_kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def self_sums(
+    layout: ResponseLayout, features: np.ndarray, response_kernel: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per model, the self-pair terms Σ_j kQ(u_j, u_j) kR(x_j, x_j) and Σ_j kQ(u_j, u_j).
+
+    kQ(u, u) = 1 for RBF and delta; kR(x, x) = 1 for an RBF response kernel, else ‖x‖²
+    (rows already normalised for cosine).
+    """
+    if response_kernel == "rbf":
+        self_kernel = np.ones(layout.n_responses)
+    else:
+        self_kernel = np.einsum("ij,ij->i", features, features)
     per_model_r = np.bincount(layout.model_idx, weights=self_kernel, minlength=layout.n_models)
-    per_model_q = layout.responses_per_model.astype(float)  # kQ(u, u) = 1 for RBF and delta
-    return per_model_r, per_model_q
+    return per_model_r, layout.responses_per_model.astype(float)
 
 
 def blas_threads() -> int:
@@ -212,7 +222,7 @@ class FactorizedSums:
     queries (the columns of T) and by models; the contraction is one matrix product per
     block pair over the upper triangle only, as the sums are symmetric.
 
-    Everything that does not depend on the query kernel (Y, the orderings) is built once,
+    Everything that does not depend on the query kernel ([X, 1] and Y) is built once,
     so calling the object for several bandwidths pays only for the products. ``K_Q`` may
     be a dense array, a ``scipy.sparse`` matrix (a truncated kernel) or None (delta).
     """
@@ -241,39 +251,35 @@ class FactorizedSums:
         keep = n * self.width * n_q * 8 <= LEFT_CACHE_BYTES
         self._lefts = [self._left(lo, hi) for lo, hi in self.query_blocks] if keep else None
 
-    def _left(self, q_lo: int, q_hi: int) -> np.ndarray:
-        """Y over queries [q_lo, q_hi), feature-major: one column scatter per model."""
+    def _left(self, q_lo: int, q_hi: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Y of models [start, stop) over queries [q_lo, q_hi), feature-major: one column
+        scatter per model."""
         layout = self.layout
-        left = np.zeros((layout.n_models, self.width, q_hi - q_lo))
+        stop = layout.n_models if stop is None else stop
+        left = np.zeros((stop - start, self.width, q_hi - q_lo))
         bounds, query_idx = layout.model_bounds, layout.query_idx
-        for model in range(layout.n_models):
+        for row, model in enumerate(range(start, stop)):
             lo, hi = bounds[model], bounds[model + 1]
             queries = query_idx[lo:hi]
             inside = (queries >= q_lo) & (queries < q_hi)
             if inside.all():
-                left[model][:, queries - q_lo] = self.augmented_t[:, lo:hi]
+                left[row][:, queries - q_lo] = self.augmented_t[:, lo:hi]
             elif inside.any():
-                left[model][:, queries[inside] - q_lo] = self.augmented_t[:, lo:hi][:, inside]
+                left[row][:, queries[inside] - q_lo] = self.augmented_t[:, lo:hi][:, inside]
         return left
 
     def _transfer(self, columns, start: int, stop: int, q_lo: int, q_hi: int, left):
         layout, width = self.layout, self.width
-        bounds, query_idx, model_idx = layout.model_bounds, layout.query_idx, layout.model_idx
+        bounds, query_idx = layout.model_bounds, layout.query_idx
         k, span, n_q = stop - start, q_hi - q_lo, layout.n_queries
         if self._buffer is None or self._buffer.size < k * width * span:
             self._buffer = np.empty(k * width * span)  # reused: first touches are slow
         right = self._buffer[: k * width * span].reshape(k, width, span)
         if (bounds[stop] - bounds[start]) / (n_q * k) >= DENSE_TRANSFER_DENSITY:
             # mostly paired: one product with K_Q beats a gather per model
-            if span == n_q:  # Y of these models is this block's left factor
-                block_left = left[start:stop].reshape(k * width, n_q)
-            else:
-                block_rows = slice(bounds[start], bounds[stop])
-                block_left = np.zeros((k, width, n_q))
-                block_left[model_idx[block_rows] - start, :, query_idx[block_rows]] = (
-                    self.augmented[block_rows]
-                )
-                block_left = block_left.reshape(k * width, n_q)
+            # Y of these models over all queries (this block's left factor if it spans them)
+            block_left = left[start:stop] if span == n_q else self._left(0, n_q, start, stop)
+            block_left = block_left.reshape(k * width, n_q)
             if sp.issparse(columns):
                 right.reshape(k * width, span)[:] = (columns.T @ block_left.T).T
             else:
@@ -438,11 +444,7 @@ def kernel_sums(
     if response_kernel == "cosine":
         features = normalize_rows(features)
         response_kernel = "linear"
-    if response_kernel == "rbf":
-        self_kernel = np.ones(layout.n_responses)
-    else:
-        self_kernel = np.einsum("ij,ij->i", features, features)
-    self_num, self_den = _self_sums(layout, self_kernel)
+    self_num, self_den = self_sums(layout, features, response_kernel)
     factorizable = response_kernel == "linear"
     if method == "auto":
         method = "factorized" if factorizable else "pairwise"
