@@ -76,11 +76,15 @@ def _rank_path_sums(layout, features, factor):
     rank = factor.shape[1]
     projected = np.empty((n, rank, width))
     bounds = layout.model_bounds
-    for model in range(n):
+
+    def project(model: int) -> None:
         lo, hi = bounds[model], bounds[model + 1]
-        projected[model] = factor[layout.query_idx[lo:hi]].T @ augmented[lo:hi]
-    flat = projected[:, :, :p].reshape(n, rank * p)
-    numerator = flat @ flat.T
+        np.matmul(factor[layout.query_idx[lo:hi]].T, augmented[lo:hi], out=projected[model])
+
+    with kernels.worker_pool() as threads:
+        kernels.parallel_map(project, range(n), threads)
+        flat = projected[:, :, :p].reshape(n, rank * p)
+        numerator = kernels.parallel_matmul(flat, flat.T)
     mass = projected[:, :, p]
     denominator = mass @ mass.T
     # The pair of a response with itself has kQ = 1 exactly; Φ Φ^T only approximates it.
@@ -264,14 +268,22 @@ class AffinityEngine:
             sums, np.sqrt(np.outer(u, u)), np.sqrt(np.outer(t, t)), self_pairs
         )
 
-    def _sparse(self, bandwidth, query_kernel, self_pairs):
-        """Sums over the kernel truncated at SPARSE_THRESHOLD, with their bound; or None."""
-        keep = query_kernel >= SPARSE_THRESHOLD
-        if self.method == "auto" and keep.mean() > SPARSE_MAX_DENSITY:
+    def _sparse(self, bandwidth, self_pairs):
+        """Sums over the kernel truncated at SPARSE_THRESHOLD, with their bound; or None.
+
+        The kept entries are found from the squared distances (kQ ≥ ε ⟺ d² ≤ 2σ² ln(1/ε)),
+        so neither the dense kernel nor a pass over it is needed when too few are kept.
+        """
+        sq = self.query_sqdist
+        cutoff = 2.0 * bandwidth * bandwidth * np.log(1.0 / SPARSE_THRESHOLD)
+        keep = sq <= cutoff
+        if self.method == "auto" and np.count_nonzero(keep) > SPARSE_MAX_DENSITY * keep.size:
             return None
-        rows, cols = np.nonzero(keep)
+        rows, cols = np.nonzero(keep)  # row-major order: the CSR layout as it comes
         n_q = self.layout.n_queries
-        truncated = sp.csr_array((query_kernel[rows, cols], (rows, cols)), shape=(n_q, n_q))
+        values = np.exp(sq[rows, cols] * (-1.0 / (2.0 * bandwidth * bandwidth)))
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_q))])
+        truncated = sp.csr_array((values, cols, indptr), shape=(n_q, n_q))
         result = self._wrap(*self.factorized(truncated))
         bound = self.truncation_bound(result, SPARSE_THRESHOLD, self_pairs)
         if bound > SPARSE_TOL:
@@ -300,7 +312,7 @@ class AffinityEngine:
         )
         values, vectors = np.linalg.eigh(cross[landmarks])
         keep = values > 1e-10 * values.max()
-        return cross @ (vectors[:, keep] / np.sqrt(values[keep]))
+        return kernels.parallel_matmul(cross, vectors[:, keep] / np.sqrt(values[keep]))
 
     def _rank_estimate(self, bandwidth: float) -> int | None:
         """A starting Nyström rank from the spectrum of K_Q on a seeded query subsample.
@@ -354,13 +366,24 @@ class AffinityEngine:
         return float(np.abs(d_approx - d_exact).max() / scale)
 
     def sums(self, bandwidth: float, self_pairs: str = "include") -> kernels.KernelSums:
-        """Kernel sums at one query bandwidth (0: delta kernel); appends a report."""
-        bandwidth = float(bandwidth)
+        """Kernel sums at one query bandwidth (0: delta kernel); appends a report.
+
+        The work runs on our own worker threads with BLAS on one thread
+        (:func:`pkps_core.kernels.worker_pool`).
+        """
+        with kernels.worker_pool():
+            return self._sums(float(bandwidth), self_pairs)
+
+    def _sums(self, bandwidth: float, self_pairs: str) -> kernels.KernelSums:
         if bandwidth <= 0 or self.response_kernel != "linear" or self.method == "exact":
             self.reports.append(SumsReport(bandwidth, "exact", 0.0))
             return self._exact(bandwidth)
         n_q = self.layout.n_queries
         sq_fits = n_q * n_q * 8 <= DENSE_SQDIST_MAX_BYTES
+        if self.method in ("auto", "sparse") and sq_fits:
+            result = self._sparse(bandwidth, self_pairs)
+            if result is not None:
+                return result
         wants_nystrom = self.method == "nystrom" or n_q > EXACT_MAX_QUERIES or not sq_fits
         low_rank = self._rank_estimate(bandwidth) if wants_nystrom else None
         if wants_nystrom and (low_rank is not None or self.method == "nystrom" or not sq_fits):
@@ -385,13 +408,8 @@ class AffinityEngine:
                     )
                     return result
                 rank *= 2
-        query_kernel = self._query_kernel(bandwidth)
-        if self.method in ("auto", "sparse"):
-            result = self._sparse(bandwidth, query_kernel, self_pairs)
-            if result is not None:
-                return result
         self.reports.append(SumsReport(bandwidth, "exact", 0.0))
-        return self._exact(bandwidth, query_kernel)
+        return self._exact(bandwidth)
 
 
 def sample_exact_sums(layout, features, query_vectors, bandwidth, models) -> kernels.KernelSums:

@@ -20,12 +20,14 @@ factorise and is summed over blocks of response pairs.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 RESPONSE_KERNELS = ("linear", "rbf", "cosine")
 DEFAULT_BLOCK_BYTES = 1 << 27  # 128 MiB per working block
@@ -109,15 +111,29 @@ class KernelSums:
 
 
 def squared_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    """Squared Euclidean distances between the rows of ``a`` and ``b`` (clipped at 0)."""
+    """Squared Euclidean distances between the rows of ``a`` and ``b`` (clipped at 0).
+
+    One matrix product of the augmented rows ``[-2a, |a|², 1]`` and ``[b, 1, |b|²]``
+    writes ``|a|² + |b|² − 2⟨a, b⟩`` directly: no full-size temporaries or extra passes.
+    """
     b_is_a = b is None
-    b = a if b is None else b
+    a = np.asarray(a, dtype=float)
+    b = a if b is None else np.asarray(b, dtype=float)
     sq_a = np.einsum("ij,ij->i", a, a)
     sq_b = sq_a if b_is_a else np.einsum("ij,ij->i", b, b)
-    out = a @ b.T  # in place from here: no full-size temporaries
-    out *= -2.0
-    out += sq_a[:, None]
-    out += sq_b[None, :]
+    left = np.empty((len(a), a.shape[1] + 2))
+    np.multiply(a, -2.0, out=left[:, :-2])
+    left[:, -2] = sq_a
+    left[:, -1] = 1.0
+    right = np.empty((len(b), b.shape[1] + 2))
+    right[:, :-2] = b
+    right[:, -2] = 1.0
+    right[:, -1] = sq_b
+    out = (
+        parallel_matmul(left, right.T)
+        if left.shape[0] * right.shape[0] > 1 << 16
+        else left @ right.T
+    )
     np.maximum(out, 0.0, out=out)
     if b_is_a:
         np.fill_diagonal(out, 0.0)
@@ -137,20 +153,16 @@ def rbf_from_squared(sq: np.ndarray, bandwidth: float) -> np.ndarray:
     if sq.ndim != 2 or sq.size < PARALLEL_MIN_ENTRIES or len(sq) < 2:
         _rbf_rows(sq, scale, out)
         return out
-    threads = blas_threads()
+    threads = workers()
     if threads <= 1:
         _rbf_rows(sq, scale, out)
         return out
     edges = np.linspace(0, len(sq), 2 * threads + 1).astype(int)
-    with ThreadPoolExecutor(threads) as pool:
-        list(
-            pool.map(
-                lambda i: _rbf_rows(
-                    sq[edges[i] : edges[i + 1]], scale, out[edges[i] : edges[i + 1]]
-                ),
-                range(len(edges) - 1),
-            )
-        )
+    parallel_map(
+        lambda i: _rbf_rows(sq[edges[i] : edges[i + 1]], scale, out[edges[i] : edges[i + 1]]),
+        range(len(edges) - 1),
+        threads,
+    )
     return out
 
 
@@ -194,37 +206,163 @@ def self_sums(
     return per_model_r, layout.responses_per_model.astype(float)
 
 
+_CONTROLLER: ThreadpoolController | None = None
+_POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
+_POOL_LOCK = threading.Lock()
+_BLAS_LIMIT_LOCK = threading.RLock()
+
+
+def _controller() -> ThreadpoolController:
+    """threadpoolctl's view of the loaded BLAS libraries, found once (the search costs
+    milliseconds per call)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER
+
+
 def blas_threads() -> int:
     """How many threads BLAS may use here (1 when unknown)."""
     counts = [
-        info.get("num_threads", 1) for info in threadpool_info() if info.get("user_api") == "blas"
+        info.get("num_threads", 1)
+        for info in _controller().info()
+        if info.get("user_api") == "blas"
     ]
     return int(max(counts)) if counts else 1
 
 
+@contextmanager
+def single_threaded_blas():
+    """Context in which BLAS runs on one thread (for work spread over our own threads).
+
+    The limit is process-wide, so such sections never overlap: two interleaved ones would
+    restore each other's limit in the wrong order and leave BLAS on one thread.
+    """
+    with _BLAS_LIMIT_LOCK, _controller().limit(limits=1, user_api="blas"):
+        yield
+
+
+_STATE = threading.local()
+
+
+def workers() -> int:
+    """Worker threads for parallel array work: BLAS's thread count outside
+    :func:`worker_pool`, the count it had on entry inside."""
+    return getattr(_STATE, "workers", None) or blas_threads()
+
+
+@contextmanager
+def worker_pool():
+    """Run array work on our own threads only: BLAS on one thread, and :func:`workers`
+    keeps the number BLAS had, for :func:`parallel_map` / :func:`parallel_matmul`.
+
+    One kind of thread at a time: after a product on its own threads OpenBLAS keeps them
+    spinning for a while (about 0.1 s), and they slow our workers (measured at size M:
+    one transfer 141 ms right after a threaded product, 107 ms otherwise).
+    """
+    if getattr(_STATE, "workers", None) is not None:  # nested: already set up
+        yield _STATE.workers
+        return
+    threads = blas_threads()
+    _STATE.workers = threads
+    try:
+        with single_threaded_blas():
+            yield threads
+    finally:
+        _STATE.workers = None
+
+
+def parallel_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a @ b`` with the rows of ``a`` split over the shared pool, BLAS on one thread each
+    (see :func:`worker_pool` for why not BLAS's own threads)."""
+    threads = workers()
+    if out is None:
+        out = np.empty((a.shape[0], b.shape[1]))
+    if threads <= 1 or a.shape[0] < 2 * threads:
+        return np.matmul(a, b, out=out)
+    edges = np.linspace(0, a.shape[0], threads + 1).round().astype(int)
+    with single_threaded_blas():
+        parallel_map(
+            lambda i: np.matmul(a[edges[i] : edges[i + 1]], b, out=out[edges[i] : edges[i + 1]]),
+            range(threads),
+            threads,
+        )
+    return out
+
+
+def parallel_inner(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b.T`` for short, very wide ``a`` and ``b`` (the contraction of the transfers),
+    with the shared inner dimension split over the shared pool: each worker reads its own
+    part of both once, where splitting rows would have both read all of ``b``."""
+    threads = workers()
+    if threads <= 1 or a.shape[1] < 2 * threads:
+        return a @ b.T
+    edges = np.linspace(0, a.shape[1], threads + 1).round().astype(int)
+    with single_threaded_blas():
+        parts = parallel_map(
+            lambda i: a[:, edges[i] : edges[i + 1]] @ b[:, edges[i] : edges[i + 1]].T,
+            range(threads),
+            threads,
+        )
+    return np.sum(parts, axis=0)
+
+
+def parallel_map(fn, items, threads: int) -> list:
+    """``[fn(x) for x in items]`` on a shared pool of ``threads`` worker threads.
+
+    For numpy work that releases the GIL (elementwise loops, BLAS calls). The pool is kept
+    between calls: starting threads for every product costs more than small products.
+    """
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_SIZE != threads:
+            if _POOL is not None:
+                _POOL.shutdown(wait=False)  # work already queued still runs
+            _POOL = ThreadPoolExecutor(threads, thread_name_prefix="pkps")
+            _POOL_SIZE = threads
+        pool = _POOL
+    return list(pool.map(fn, items))
+
+
 def _model_blocks(n_models: int, bytes_per_model: int, block_bytes: int):
-    """Consecutive model ranges whose working memory fits ``block_bytes``."""
+    """Consecutive model ranges of near-equal size whose working memory fits ``block_bytes``."""
     size = int(max(1, min(n_models, block_bytes // max(bytes_per_model, 1))))
-    for start in range(0, n_models, size):
-        yield start, min(n_models, start + size)
+    n_blocks = -(-n_models // size)
+    edges = np.linspace(0, n_models, n_blocks + 1).round().astype(int)
+    for start, stop in zip(edges[:-1], edges[1:], strict=True):
+        yield int(start), int(stop)
+
+
+_LOCAL = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """A per-thread scratch buffer of at least ``size`` doubles (contents undefined)."""
+    buffer = getattr(_LOCAL, "buffer", None)
+    if buffer is None or buffer.size < size:
+        buffer = _LOCAL.buffer = np.empty(size)
+    return buffer[:size]
 
 
 class FactorizedSums:
     """The exact factorised kernel sums of one cache, for any query kernel.
 
-    Linear response kernel (cosine after normalising rows). Let ``Y[i, :, q] = [x, 1]``
-    for model i's response x to unique query q (zero where it did not answer),
-    feature-major with shape ``(n_models, p + 1, n_queries)``, and ``T[i'] = Y[i'] K_Q``.
-    Then ``N_ii' = <Y[i, :p], T[i', :p]>`` and ``Z_ii' = <Y[i, p], T[i', p]>``. Each
-    model's T is one product ``[X_i', 1]^T K_Q[Q_i']`` over the kernel rows of its own
-    queries (O(M m_i' p); K_Q is symmetric), or, for blocks of mostly paired models, one
-    product of their Y with all of K_Q; for the delta kernel T = Y. Work is blocked by
-    queries (the columns of T) and by models; the contraction is one matrix product per
-    block pair over the upper triangle only, as the sums are symmetric.
+    Linear response kernel (cosine after normalising rows). Let ``Y[i, q] = x`` for model
+    i's response x to unique query q (zero where it did not answer), query-major with shape
+    ``(n_models, n_queries, p)``, and ``S`` the ``(n_queries, n_models)`` indicator of who
+    answered what. Then ``N_ii' = <Y[i], K_Q Y[i']>`` and ``Z = S^T K_Q S``. Each model's
+    ``T[i'] = K_Q Y[i']`` is one product ``K_Q[Q_i']^T X_i'`` over the kernel rows of its
+    own queries (O(M m_i' p); K_Q is symmetric), or, for mostly paired models, the product
+    of all of K_Q with Y[i']; for a sparse (truncated) K_Q all models' T come from one
+    sparse product; for the delta kernel T = Y. Work is blocked by queries (the rows of T)
+    and by models; the contraction is one matrix product per block pair over the upper
+    triangle only, as the sums are symmetric. Z costs one product with the indicator.
 
-    Everything that does not depend on the query kernel ([X, 1] and Y) is built once,
-    so calling the object for several bandwidths pays only for the products. ``K_Q`` may
-    be a dense array, a ``scipy.sparse`` matrix (a truncated kernel) or None (delta).
+    Everything that does not depend on the query kernel (Y, S) is built once, so calling
+    the object for several bandwidths pays only for the products. ``K_Q`` may be a dense
+    array, a ``scipy.sparse`` matrix or None (delta). Calls are serialised by a lock: the
+    transfer buffer is shared between calls.
     """
 
     def __init__(
@@ -235,91 +373,142 @@ class FactorizedSums:
     ):
         self.layout = layout
         n, n_q = layout.n_models, layout.n_queries
-        self.p = features.shape[1]
-        self.width = self.p + 1
-        self.augmented_t = np.empty((self.width, layout.n_responses))
-        self.augmented_t[: self.p] = features.T
-        self.augmented_t[self.p] = 1.0
-        self.augmented = self.augmented_t.T  # a view: [X, 1] by response
-        # Y of one query block takes up to 2 blocks of memory (plus its scatter buffer).
-        self.step = int(max(1, min(n_q, 2 * block_bytes // (n * self.width * 8))))
+        self.features = np.ascontiguousarray(features, dtype=float)
+        self.p = p = self.features.shape[1]
+        # Y of one query block takes up to 2 blocks of memory
+        self.step = int(max(1, min(n_q, 2 * block_bytes // (n * max(p, 1) * 8))))
         self.block_bytes = block_bytes
-        self.n_threads = blas_threads()
         self._buffer = None
+        self._features_by_feature = None
+        self._lock = threading.Lock()
         self.query_blocks = [(lo, min(n_q, lo + self.step)) for lo in range(0, n_q, self.step)]
+        self.indicator = np.zeros((n_q, n))
+        self.indicator[layout.query_idx, layout.model_idx] = 1.0
         # Y does not depend on the bandwidth: kept across calls while it fits in memory
-        keep = n * self.width * n_q * 8 <= LEFT_CACHE_BYTES
+        keep = n * p * n_q * 8 <= LEFT_CACHE_BYTES
         self._lefts = [self._left(lo, hi) for lo, hi in self.query_blocks] if keep else None
 
     def _left(self, q_lo: int, q_hi: int, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Y of models [start, stop) over queries [q_lo, q_hi), feature-major: one column
-        scatter per model."""
+        """Y of models [start, stop) over queries [q_lo, q_hi): one row scatter."""
         layout = self.layout
         stop = layout.n_models if stop is None else stop
-        left = np.zeros((stop - start, self.width, q_hi - q_lo))
-        bounds, query_idx = layout.model_bounds, layout.query_idx
-        for row, model in enumerate(range(start, stop)):
-            lo, hi = bounds[model], bounds[model + 1]
-            queries = query_idx[lo:hi]
-            inside = (queries >= q_lo) & (queries < q_hi)
-            if inside.all():
-                left[row][:, queries - q_lo] = self.augmented_t[:, lo:hi]
-            elif inside.any():
-                left[row][:, queries[inside] - q_lo] = self.augmented_t[:, lo:hi][:, inside]
+        span = q_hi - q_lo
+        left = np.zeros((stop - start, span, self.p))
+        lo, hi = layout.model_bounds[start], layout.model_bounds[stop]
+        queries = layout.query_idx[lo:hi]
+        inside = (queries >= q_lo) & (queries < q_hi)
+        rows = (layout.model_idx[lo:hi] - start) * span + queries - q_lo
+        if inside.all():
+            left.reshape(-1, self.p)[rows] = self.features[lo:hi]
+        else:
+            left.reshape(-1, self.p)[rows[inside]] = self.features[lo:hi][inside]
         return left
 
+    def _sparse_transfer(self, columns, start: int, stop: int, right: np.ndarray) -> None:
+        """T of models [start, stop) for a sparse kernel block, as one sparse product.
+
+        Response r of model i (query l) adds ``K[l, q] x_r`` to ``T[i, q]`` for every kept
+        entry of row l of the (symmetric) kernel: a sparse matrix with one entry per such
+        (response, q) times the features.
+        """
+        layout = self.layout
+        bounds = layout.model_bounds
+        lo, hi = bounds[start], bounds[stop]
+        k, span = stop - start, right.shape[1]
+        indptr, indices, data = columns.indptr, columns.indices, columns.data
+        queries = layout.query_idx[lo:hi]
+        counts = indptr[queries + 1] - indptr[queries]
+        total = int(counts.sum())
+        if total == 0:
+            right[:] = 0.0
+            return
+        response = np.repeat(np.arange(hi - lo), counts)
+        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        entry = np.repeat(indptr[queries], counts) + offsets
+        owner = layout.model_idx[lo:hi][response] - start
+        target = owner * span + indices[entry]  # row of T (model, query) in the block
+        rows, compact = np.unique(target, return_inverse=True)
+        expand = sp.csr_array(
+            (data[entry], (compact.ravel(), response)), shape=(rows.size, hi - lo)
+        )
+        flat = right.reshape(k * span, self.p)
+        flat.fill(0.0)
+        flat[rows] = expand @ self.features[lo:hi]
+
     def _transfer(self, columns, start: int, stop: int, q_lo: int, q_hi: int, left):
-        layout, width = self.layout, self.width
+        layout, p = self.layout, self.p
         bounds, query_idx = layout.model_bounds, layout.query_idx
         k, span, n_q = stop - start, q_hi - q_lo, layout.n_queries
-        if self._buffer is None or self._buffer.size < k * width * span:
-            self._buffer = np.empty(k * width * span)  # reused: first touches are slow
-        right = self._buffer[: k * width * span].reshape(k, width, span)
-        if (bounds[stop] - bounds[start]) / (n_q * k) >= DENSE_TRANSFER_DENSITY:
-            # mostly paired: one product with K_Q beats a gather per model
-            # Y of these models over all queries (this block's left factor if it spans them)
-            block_left = left[start:stop] if span == n_q else self._left(0, n_q, start, stop)
-            block_left = block_left.reshape(k * width, n_q)
-            if sp.issparse(columns):
-                right.reshape(k * width, span)[:] = (columns.T @ block_left.T).T
-            else:
-                np.matmul(block_left, columns, out=right.reshape(k * width, span))
+        if self._buffer is None or self._buffer.size < k * span * p:
+            self._buffer = np.empty(k * span * p)  # reused: first touches are slow
+        right = self._buffer[: k * span * p].reshape(k, span, p)
+        if sp.issparse(columns):
+            self._sparse_transfer(columns, start, stop, right)
             return right
+        if (bounds[stop] - bounds[start]) / (n_q * k) >= DENSE_TRANSFER_DENSITY:
+            # mostly paired: the product of all of K_Q with Y beats a gather per model
+            full = left if span == n_q else None
 
-        sparse = sp.issparse(columns)
-
-        def one(j: int) -> None:
-            lo, hi = bounds[start + j], bounds[start + j + 1]
-            if sparse:
-                right[j] = (columns[query_idx[lo:hi]].T @ self.augmented[lo:hi]).T
-                return
-            # K_Q[Q_i', block], gathered a slab of columns at a time: a gather that stays
-            # in cache is several times faster than one of all columns at once
-            slab = max(GATHER_COLUMNS, GATHER_BYTES // (8 * max(hi - lo, 1)))
-            for c_lo in range(0, span, slab):
-                c_hi = min(span, c_lo + slab)
-                np.matmul(
-                    self.augmented_t[:, lo:hi],
-                    columns[query_idx[lo:hi], c_lo:c_hi],
-                    out=right[j, :, c_lo:c_hi],
+            def one(j: int) -> None:
+                model_left = (
+                    full[start + j]
+                    if full is not None
+                    else self._left(0, n_q, start + j, start + j + 1)[0]
                 )
+                np.matmul(columns.T, model_left, out=right[j])
 
-        if self.n_threads > 1 and k > 1 and not sparse:
+        else:
+            features_t = self._features_t()
+
+            def one(j: int) -> None:
+                lo, hi = bounds[start + j], bounds[start + j + 1]
+                # K_Q[Q_i', block], gathered a slab of columns at a time: a gather that
+                # stays in cache is several times faster than one of all columns at once.
+                # X^T K is the fast orientation of this product; its small result is
+                # transposed into T while still in cache.
+                slab = min(span, max(GATHER_COLUMNS, GATHER_BYTES // (8 * max(hi - lo, 1))))
+                out = _scratch(p * slab).reshape(p, slab)
+                for c_lo in range(0, span, slab):
+                    c_hi = min(span, c_lo + slab)
+                    part = out[:, : c_hi - c_lo]
+                    np.matmul(features_t[:, lo:hi], columns[query_idx[lo:hi], c_lo:c_hi], out=part)
+                    right[j, c_lo:c_hi] = part.T
+
+        threads = workers()
+        if threads > 1 and k > 1:
             # the gathers are memory-bound and single-threaded: run models side by side,
             # each product on one BLAS thread (as many workers as BLAS may use)
-            with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(self.n_threads) as pool:
-                list(pool.map(one, range(k)))
+            with single_threaded_blas():
+                parallel_map(one, range(k), threads)
         else:
             for j in range(k):
                 one(j)
         return right
 
+    def _features_t(self) -> np.ndarray:
+        """X feature-major, made on first use of the gather path."""
+        if self._features_by_feature is None:
+            self._features_by_feature = np.ascontiguousarray(self.features.T)
+        return self._features_by_feature
+
+    def _denominator(self, query_kernel) -> np.ndarray:
+        """Z = S^T K_Q S (S^T S for the delta kernel)."""
+        s = self.indicator
+        if query_kernel is None:
+            return s.T @ s
+        if sp.issparse(query_kernel):
+            return s.T @ np.asarray(query_kernel @ s)
+        return s.T @ parallel_matmul(query_kernel, s)
+
     def __call__(self, query_kernel) -> tuple[np.ndarray, np.ndarray]:
-        layout, p, width = self.layout, self.p, self.width
+        with self._lock, worker_pool():
+            return self._call(query_kernel)
+
+    def _call(self, query_kernel) -> tuple[np.ndarray, np.ndarray]:
+        layout, p = self.layout, self.p
         n, n_q = layout.n_models, layout.n_queries
         numerator = np.zeros((n, n))
-        denominator = np.zeros((n, n))
-        per_model = (1 if query_kernel is None else 2) * width * self.step * 8
+        per_model = p * self.step * 8  # the transfer buffer (T) of one model
         model_blocks = list(_model_blocks(n, per_model, self.block_bytes))
         if sp.issparse(query_kernel):
             query_kernel = sp.csr_array(query_kernel)
@@ -329,6 +518,8 @@ class FactorizedSums:
             columns = None
             if query_kernel is not None:
                 columns = query_kernel if span == n_q else query_kernel[:, q_lo:q_hi]
+                if sp.issparse(columns):
+                    columns = sp.csr_array(columns)
             for start, stop in model_blocks:
                 k = stop - start
                 if columns is None:
@@ -337,14 +528,14 @@ class FactorizedSums:
                     right = self._transfer(columns, start, stop, q_lo, q_hi, left)
                 size = span * p
                 # rows 0..stop: the upper triangle of these columns (and their diagonal block)
-                numerator[:stop, start:stop] += (
-                    left[:stop, :p].reshape(stop, size) @ right[:, :p].reshape(k, size).T
+                numerator[:stop, start:stop] += parallel_inner(
+                    left[:stop].reshape(stop, size), right.reshape(k, size)
                 )
-                denominator[:stop, start:stop] += left[:stop, p] @ right[:, p].T
         lower = np.tril_indices(n, -1)
         numerator[lower] = numerator.T[lower]
-        denominator[lower] = denominator.T[lower]
-        return numerator, denominator
+        # after the transfers: OpenBLAS's own threads spin for a while after a threaded
+        # product and would compete with the transfer's workers
+        return numerator, self._denominator(query_kernel)
 
 
 def _factorized_sums(

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import oracle_affinity
@@ -197,3 +198,78 @@ def test_pairs_without_kernel_mass_are_imputed_and_counted():
 def test_layout_rejects_unsorted_models():
     with pytest.raises(ValueError, match="sorted by model"):
         kernels.ResponseLayout.build(np.array([1, 0]), np.array([0, 1]), 2, 2)
+
+
+def _mixed_cache(seed, n_models=7, n_queries=40, p=6):
+    """Some models answer nearly every query (paired blocks), others a few (unpaired)."""
+    rng = np.random.default_rng(seed)
+    model_idx, query_idx = [], []
+    for i in range(n_models):
+        share = 0.9 if i % 3 == 0 else 0.3
+        chosen = np.flatnonzero(rng.random(n_queries) < share)
+        if chosen.size == 0:
+            chosen = np.array([rng.integers(n_queries)])
+        model_idx += [i] * chosen.size
+        query_idx += chosen.tolist()
+    layout = kernels.ResponseLayout.build(
+        np.array(model_idx), np.array(query_idx), n_models, n_queries
+    )
+    features = rng.standard_normal((layout.n_responses, p))
+    queries = rng.standard_normal((n_queries, 3))
+    return layout, features, queries
+
+
+@pytest.mark.parametrize("cache_left", [True, False])
+@pytest.mark.parametrize("block_bytes", [200, 5_000, kernels.DEFAULT_BLOCK_BYTES])
+def test_factorized_paths_agree_with_pairwise(monkeypatch, cache_left, block_bytes):
+    """Gather, paired-dense and sparse transfers, query and model blocks, with and without
+    the cached Y: every combination equals the pairwise sum of the same kernel."""
+    if not cache_left:
+        monkeypatch.setattr(kernels, "LEFT_CACHE_BYTES", 0)
+    layout, features, queries = _mixed_cache(5)
+    sq = kernels.squared_distances(queries)
+    dense = kernels.rbf_from_squared(sq, 0.8)
+    truncated = np.where(dense >= 0.05, dense, 0.0)  # a kernel with many exact zeros
+    assert 0.1 < (truncated > 0).mean() < 0.9
+    summer = kernels.FactorizedSums(layout, features, block_bytes)
+    for query_kernel in (dense, truncated, sp.csr_array(truncated), None):
+        numerator, denominator = summer(query_kernel)
+        reference = (
+            None
+            if query_kernel is None
+            else np.asarray(query_kernel.todense() if sp.issparse(query_kernel) else query_kernel)
+        )
+        slow = kernels.kernel_sums(layout, features, reference, "linear", method="pairwise")
+        np.testing.assert_allclose(numerator, slow.numerator, rtol=1e-12, atol=1e-10)
+        np.testing.assert_allclose(denominator, slow.denominator, rtol=1e-12, atol=1e-10)
+    # the sparse and the dense product of the same truncated kernel agree to rounding
+    np.testing.assert_allclose(summer(sp.csr_array(truncated))[0], summer(truncated)[0], atol=1e-10)
+
+
+def test_parallel_helpers_match_numpy_and_restore_blas_threads():
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((9, 5000)), rng.standard_normal((4, 5000))
+    c = rng.standard_normal((5000, 3))
+    before = kernels.blas_threads()
+    with kernels.worker_pool() as threads:
+        assert threads == before
+        assert kernels.blas_threads() == 1  # BLAS itself on one thread inside
+        with kernels.worker_pool() as nested:  # nesting keeps the outer count
+            assert nested == before
+        np.testing.assert_allclose(kernels.parallel_inner(a, b), a @ b.T, atol=1e-9)
+        np.testing.assert_allclose(kernels.parallel_matmul(b.T, a[:4, :3]), b.T @ a[:4, :3])
+        np.testing.assert_allclose(kernels.parallel_matmul(a, c), a @ c, atol=1e-9)
+    assert kernels.blas_threads() == before
+
+
+def test_squared_distances_match_scipy():
+    from scipy.spatial.distance import cdist
+
+    rng = np.random.default_rng(7)
+    a, b = 50 * rng.standard_normal((300, 7)), 50 * rng.standard_normal((40, 7))
+    np.testing.assert_allclose(
+        kernels.squared_distances(a, b), cdist(a, b, "sqeuclidean"), rtol=1e-9, atol=1e-8
+    )
+    own = kernels.squared_distances(a)
+    assert np.all(np.diag(own) == 0) and np.all(own >= 0)
+    np.testing.assert_allclose(own, cdist(a, a, "sqeuclidean"), rtol=1e-9, atol=1e-8)
