@@ -10,8 +10,12 @@ from pkps_core.experiments import subsample_cells
 @pytest.fixture(scope="module")
 def dense():
     rng = np.random.default_rng(0)
-    rows = [(f"f{i // 2}/m{i}", f"t{t}", f"q{q}", float(rng.random() < 0.5))
-            for i in range(8) for t in range(3) for q in range(40)]
+    rows = [
+        (f"f{i // 2}/m{i}", f"t{t}", f"q{q}", float(rng.random() < 0.5))
+        for i in range(8)
+        for t in range(3)
+        for q in range(40)
+    ]
     return pd.DataFrame(rows, columns=["model", "task", "query_id", "score"])
 
 
