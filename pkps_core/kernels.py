@@ -382,8 +382,10 @@ class FactorizedSums:
         self._features_by_feature = None
         self._lock = threading.Lock()
         self.query_blocks = [(lo, min(n_q, lo + self.step)) for lo in range(0, n_q, self.step)]
-        self.indicator = np.zeros((n_q, n))
-        self.indicator[layout.query_idx, layout.model_idx] = 1.0
+        self.indicator = sp.csr_array(
+            (np.ones(layout.n_responses), (layout.query_idx, layout.model_idx)), shape=(n_q, n)
+        )
+        self._dense_indicator = None  # made for the first dense kernel (which is bigger)
         # Y does not depend on the bandwidth: kept across calls while it fits in memory
         keep = n * p * n_q * 8 <= LEFT_CACHE_BYTES
         self._lefts = [self._left(lo, hi) for lo, hi in self.query_blocks] if keep else None
@@ -495,10 +497,12 @@ class FactorizedSums:
         """Z = S^T K_Q S (S^T S for the delta kernel)."""
         s = self.indicator
         if query_kernel is None:
-            return s.T @ s
+            return np.asarray((s.T @ s).todense())
         if sp.issparse(query_kernel):
-            return s.T @ np.asarray(query_kernel @ s)
-        return s.T @ parallel_matmul(query_kernel, s)
+            return np.asarray((s.T @ (query_kernel @ s)).todense())
+        if self._dense_indicator is None:
+            self._dense_indicator = s.toarray()
+        return s.T @ parallel_matmul(query_kernel, self._dense_indicator)
 
     def __call__(self, query_kernel) -> tuple[np.ndarray, np.ndarray]:
         with self._lock, worker_pool():
@@ -533,8 +537,6 @@ class FactorizedSums:
                 )
         lower = np.tril_indices(n, -1)
         numerator[lower] = numerator.T[lower]
-        # after the transfers: OpenBLAS's own threads spin for a while after a threaded
-        # product and would compete with the transfer's workers
         return numerator, self._denominator(query_kernel)
 
 
