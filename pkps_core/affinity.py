@@ -29,8 +29,13 @@ path and reports it:
     the spectrum on a sample of queries decides whether to try at all, so narrow
     bandwidths, where the kernel is far from low rank, run exactly (or sparse).
 
-Every report says which path ran and its error (0 for exact, else the bound or the
-measurement, ``SumsReport.error_kind``).
+The sparse path is tried first (deciding it needs one pass over the squared distances),
+then Nyström, then the exact path. Every report says which path ran and its error (0 for
+exact, else the bound or the measurement, ``SumsReport.error_kind``).
+
+All of it runs on the shared worker threads of :mod:`pkps_core.kernels` with BLAS itself on
+one thread (:func:`pkps_core.kernels.worker_pool`): as many workers as BLAS was allowed
+threads, never both kinds at once.
 
 Response kernels other than linear/cosine always take the exact pairwise path.
 """
