@@ -151,6 +151,7 @@ class AffinityEngine:
         self.block_bytes = block_bytes
         self.random_state = random_state
         self._sqdist = None
+        self._kernel_buffer = None
         self._factorized = None
         self._self = None
         self.reports: list[SumsReport] = []
@@ -170,9 +171,14 @@ class AffinityEngine:
         return self._factorized
 
     def _query_kernel(self, bandwidth: float) -> np.ndarray | None:
+        """K_Q at one bandwidth, written over the previous one (fresh memory costs page
+        faults, and a kernel is not needed once its sums are done)."""
         if bandwidth <= 0:
             return None
-        return kernels.rbf_from_squared(self.query_sqdist, bandwidth)
+        sq = self.query_sqdist
+        if self._kernel_buffer is None:
+            self._kernel_buffer = np.empty(sq.shape)
+        return kernels.rbf_from_squared(sq, bandwidth, out=self._kernel_buffer)
 
     def _exact(self, bandwidth: float, query_kernel=None) -> kernels.KernelSums:
         if query_kernel is None:

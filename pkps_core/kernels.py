@@ -140,16 +140,18 @@ def squared_distances(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def rbf_from_squared(sq: np.ndarray, bandwidth: float) -> np.ndarray:
+def rbf_from_squared(sq: np.ndarray, bandwidth: float, out: np.ndarray | None = None) -> np.ndarray:
     """``exp(-sq / (2 bandwidth^2))``; bandwidth 0 is the delta limit (1 where sq == 0).
 
     Large matrices are done in row chunks on as many threads as BLAS may use (numpy's
-    elementwise loops release the GIL).
+    elementwise loops release the GIL). ``out`` (same shape, float) is written and
+    returned if given.
     """
     if bandwidth <= 0:
         return (sq == 0).astype(float)
     scale = -1.0 / (2.0 * bandwidth * bandwidth)
-    out = np.empty(sq.shape)
+    if out is None:
+        out = np.empty(sq.shape)
     if sq.ndim != 2 or sq.size < PARALLEL_MIN_ENTRIES or len(sq) < 2:
         _rbf_rows(sq, scale, out)
         return out
@@ -335,6 +337,19 @@ def _model_blocks(n_models: int, bytes_per_model: int, block_bytes: int):
 
 
 _LOCAL = threading.local()
+_TRANSFER_BUFFER: np.ndarray | None = None
+
+
+def _transfer_buffer(size: int) -> np.ndarray:
+    """The transfer buffer (T), kept between calls and fits: its first touch costs page
+    faults (10-40 ms for the 70 MB of size M). At most ``DEFAULT_BLOCK_BYTES``-ish (model
+    blocks are sized to it). Only used inside :func:`worker_pool`, whose lock serialises
+    the callers."""
+    global _TRANSFER_BUFFER
+    if _TRANSFER_BUFFER is None or _TRANSFER_BUFFER.size < size:
+        _TRANSFER_BUFFER = None  # release the old one first
+        _TRANSFER_BUFFER = np.empty(size)
+    return _TRANSFER_BUFFER[:size]
 
 
 def _scratch(size: int) -> np.ndarray:
@@ -378,7 +393,6 @@ class FactorizedSums:
         # Y of one query block takes up to 2 blocks of memory
         self.step = int(max(1, min(n_q, 2 * block_bytes // (n * max(p, 1) * 8))))
         self.block_bytes = block_bytes
-        self._buffer = None
         self._features_by_feature = None
         self._lock = threading.Lock()
         self.query_blocks = [(lo, min(n_q, lo + self.step)) for lo in range(0, n_q, self.step)]
@@ -441,9 +455,7 @@ class FactorizedSums:
         layout, p = self.layout, self.p
         bounds, query_idx = layout.model_bounds, layout.query_idx
         k, span, n_q = stop - start, q_hi - q_lo, layout.n_queries
-        if self._buffer is None or self._buffer.size < k * span * p:
-            self._buffer = np.empty(k * span * p)  # reused: first touches are slow
-        right = self._buffer[: k * span * p].reshape(k, span, p)
+        right = _transfer_buffer(k * span * p).reshape(k, span, p)
         if sp.issparse(columns):
             self._sparse_transfer(columns, start, stop, right)
             return right
