@@ -2,8 +2,9 @@
 
 Each (size, pairing) runs in its own process (``bench.run_one``) with BLAS threads pinned
 (the affinity work runs on as many worker threads of ``pkps_core.kernels`` as BLAS may use,
-with BLAS itself on one thread meanwhile), so peak memory is per configuration. Options: ``--sizes S,M,L,XL``, ``--pairings
-paired,unpaired``, ``--repeats N``, ``--no-check`` (skip the exact-path comparisons).
+with BLAS itself on one thread meanwhile), so peak memory is per configuration. Options:
+``--sizes S,M,L,XL``, ``--pairings paired,unpaired``, ``--repeats N``, ``--no-check`` (skip
+the exact-path comparisons).
 """
 
 from __future__ import annotations
