@@ -56,6 +56,7 @@ SPARSE_TOL = 1e-7  # largest accepted bound on max |ΔD| / max D for the sparse 
 EXACT_MAX_QUERIES = 1024  # above this many unique queries, wide bandwidths try Nyström
 MEASURED_MIN_QUERIES = 4096  # ... and from this many on, also accept it by a sampled check
 DENSE_SQDIST_MAX_BYTES = 2 << 30
+KEEP_KERNEL_MAX_BYTES = 256 << 20  # query kernels up to this size reuse one buffer
 VERIFY_MODELS = 8
 RANK_PROBE_QUERIES = 600  # (half as many on caches where only the bound can accept Nyström)
 RANK_PROBE_TAIL = 1e-4  # try Nyström when half the probe keeps all but this of K_Q's trace
@@ -176,6 +177,8 @@ class AffinityEngine:
         if bandwidth <= 0:
             return None
         sq = self.query_sqdist
+        if sq.nbytes > KEEP_KERNEL_MAX_BYTES:  # large: page faults are small beside the work
+            return kernels.rbf_from_squared(sq, bandwidth)
         if self._kernel_buffer is None:
             self._kernel_buffer = np.empty(sq.shape)
         return kernels.rbf_from_squared(sq, bandwidth, out=self._kernel_buffer)
