@@ -108,6 +108,9 @@ def confusion(extrapolation: pd.DataFrame, interpolation: pd.DataFrame) -> pd.Da
                     "warn_rate": warned.mean(),
                     "mae": part["abs_err"].mean(),
                     "coverage": inside[part["lower"].notna()].mean(),
+                    "warned_coverage": inside[part["lower"].notna() & warned].mean(),
+                    "quiet_coverage": inside[part["lower"].notna() & ~warned].mean(),
+                    "mean_width": (part["upper"] - part["lower"]).mean(),
                 }
             )
     return pd.DataFrame(rows)

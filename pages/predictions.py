@@ -145,7 +145,8 @@ if len(scored):
     if has_intervals:
         st.caption(
             f"Error bars: the {INTERVAL_LEVEL:.0%} interval. Diamonds: cells warned as "
-            "extrapolation."
+            "extrapolation; their intervals also hold the cell's own sampling interval, as "
+            "the references say nothing about them."
         )
     figure = px.scatter(
         scored,

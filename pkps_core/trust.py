@@ -12,7 +12,9 @@ Three tools on top of :mod:`pkps_core.predict`:
   own scores (pooled over its tasks, or the cell's) lie beyond the references' range by
   more than their sampling error (the second paper's failure mode: new models better than
   every reference), or when the model lies outside the references' region of the
-  perspective space, judged against references subsampled to the same budget.
+  perspective space, judged against references subsampled to the same budget. A warned
+  cell's interval is stretched to hold its own sampling interval (:func:`widen_warned`):
+  the references that calibrated it say nothing about such a cell.
 * :func:`next_cells` — for one model, its missing or thinly observed cells ranked by the
   width of their intervals: where an extra query is worth the most.
 
@@ -82,6 +84,9 @@ REGION_ALPHA = 0.05
 # the references' range before it counts as beyond it.
 SAMPLE_Z = 1.645
 SIGMA_FLOOR = 1e-3
+# Warned cells with at least this many responses get intervals that also hold their own
+# sampling interval (widen_warned).
+WIDEN_MIN_RESPONSES = 4
 # Methods whose prediction of a cell reads the cell's own scores: their residual against a
 # reference that *is* the sample score says nothing.
 OWN_SCORE_METHODS = frozenset({"sample", "ensemble", "irt", "rs-learn", "aipw"})
@@ -698,6 +703,65 @@ def extrapolation_warnings(
     return flags, reasons
 
 
+def own_sample_interval(
+    context: PredictionContext, level: float = DEFAULT_LEVEL
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell, the normal-approximation interval of its full-task score from its own
+    responses alone: ``sample ± z · s_t / sqrt(n)`` (``z`` the two-sided normal quantile of
+    ``level``, ``s_t`` the task's pooled within-cell item SD), clipped to the score range.
+    NaN where the cell has no scored responses. It reads no reference, so it does not
+    depend on where the references lie (the finite-population correction is left out,
+    which only widens it)."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.5 + level / 2.0))
+    sd = _task_item_sd(context)[None, :]
+    n = context.n_responses.astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = z * sd / np.sqrt(n)
+    half = np.where(n > 0, half, np.nan)
+    low, high = score_range(context)
+    with np.errstate(invalid="ignore"):
+        return (
+            np.clip(context.sample - half, low, high),
+            np.clip(context.sample + half, low, high),
+        )
+
+
+def widen_warned(
+    context: PredictionContext,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    flags: np.ndarray,
+    level: float = DEFAULT_LEVEL,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Warned cells' intervals stretched to also hold the cell's own sampling interval.
+
+    A conformal interval is calibrated on references; for a cell warned as extrapolating
+    (:func:`extrapolation_warnings`) the references say nothing about the cell, and the
+    prediction is typically pulled back into their range, so its interval covers the
+    truth far less often than ``level`` (measured: ``bench/trust_table.py``). Where the
+    warned cell has at least :data:`WIDEN_MIN_RESPONSES` scored responses, its interval
+    becomes the smallest one containing both the calibrated interval and
+    :func:`own_sample_interval`. Thinner warned cells (with one response the sampling
+    interval spans most of the score range: widening by it over-covered, 0.95–0.96 at one
+    query per cell), cells without responses (completion) and cells without a calibrated
+    interval are left as they are; their warning is the signal.
+
+    Returns
+    -------
+    lower, upper : ndarray (n_models, n_tasks)
+    widened : ndarray of bool — where the interval changed.
+    """
+    own_low, own_high = own_sample_interval(context, level)
+    usable = flags & np.isfinite(lower) & np.isfinite(upper) & np.isfinite(own_low)
+    usable &= context.n_responses >= WIDEN_MIN_RESPONSES
+    new_lower = np.where(usable, np.fmin(lower, own_low), lower)
+    new_upper = np.where(usable, np.fmax(upper, own_high), upper)
+    widened = usable & ((new_lower < lower) | (new_upper > upper))
+    return new_lower, new_upper, widened
+
+
 def trust_columns(
     context: PredictionContext,
     method: str,
@@ -706,12 +770,22 @@ def trust_columns(
     *,
     n_folds: int = MAX_FOLDS,
 ) -> dict[str, np.ndarray]:
-    """``lower``, ``upper``, ``extrapolation``, ``extrapolation_reason`` as grids."""
+    """``lower``, ``upper``, ``extrapolation``, ``extrapolation_reason`` as grids.
+
+    Warned cells' intervals are widened by :func:`widen_warned`, and their reason says so.
+    """
     intervals = prediction_intervals(context, method, prediction, level, n_folds=n_folds)
     flags, reasons = extrapolation_warnings(context, method, prediction)
+    lower, upper, widened = widen_warned(context, intervals.lower, intervals.upper, flags, level)
+    reasons = reasons.copy()
+    for i, t in zip(*np.nonzero(widened), strict=True):
+        reasons[i, t] += (
+            f"; interval widened to hold the cell's own {level:.0%} sampling interval "
+            f"({context.n_responses[i, t]} responses)"
+        )
     return {
-        "lower": intervals.lower,
-        "upper": intervals.upper,
+        "lower": lower,
+        "upper": upper,
         "extrapolation": flags,
         "extrapolation_reason": reasons,
     }

@@ -101,9 +101,39 @@ def test_a_target_better_than_every_reference_is_warned_and_says_why():
     # The same responses with their real scores are not beyond the references.
     theirs = frame[(frame["model"] == "ordinary/new") & (frame["method"] != "sample")]
     assert not theirs["extrapolation_reason"].str.contains("pooled sample score").any()
+    # Its interval is stretched to hold its own sampling interval, which reaches 1.
+    assert (pkps["upper"] == 1.0).all() and (pkps["lower"] <= pkps["prediction"]).all()
+    # (the reason says so where the calibrated interval did not already hold it)
+    assert pkps["extrapolation_reason"].str.contains("interval widened").any()
     # The sample score uses no references: never flagged. Flags and reasons agree.
     assert not frame.loc[frame["method"] == "sample", "extrapolation"].any()
     assert (frame["extrapolation"] == (frame["extrapolation_reason"] != "")).all()
+
+
+def test_widening_touches_only_warned_cells_with_responses_and_an_interval():
+    cache = make_synthetic(n_models=12, n_tasks=3, budget=8, rho=1.0, pool_size=8, random_state=3)
+    context = build_context(cache.records, holdout="family", space_params=SPACE)
+    shape = (len(context.models), len(context.tasks))
+    rng = np.random.default_rng(0)
+    centre = rng.uniform(0.3, 0.7, shape)
+    lower, upper = centre - 0.01, centre + 0.01
+    lower[0, 0] = upper[0, 0] = np.nan  # no calibrated interval
+    flags = np.zeros(shape, dtype=bool)
+    flags[:3] = True
+    context.n_responses[2, :] = 0  # a warned model observed nowhere (completion)
+    new_lower, new_upper, widened = trust.widen_warned(context, lower, upper, flags, 0.9)
+    own_low, own_high = trust.own_sample_interval(context, 0.9)
+    assert np.isnan(new_lower[0, 0]) and np.isnan(new_upper[0, 0])
+    quiet = ~flags
+    assert np.array_equal(new_lower[quiet], lower[quiet])
+    assert np.array_equal(new_upper[quiet], upper[quiet])
+    assert np.array_equal(new_lower[2], lower[2]) and not widened[2].any()
+    cells = np.zeros(shape, dtype=bool)
+    cells[:2] = True
+    cells[0, 0] = False
+    assert np.all(new_lower[cells] <= np.minimum(lower[cells], own_low[cells]) + 1e-15)
+    assert np.all(new_upper[cells] >= np.maximum(upper[cells], own_high[cells]) - 1e-15)
+    assert widened[cells].all()  # ±0.01 is narrower than any 8-response sampling interval
 
 
 def test_warning_fires_on_extrapolation_targets_and_rarely_in_a_random_split():
@@ -134,3 +164,9 @@ def test_warning_fires_on_extrapolation_targets_and_rarely_in_a_random_split():
         assert interpolation["extrapolation"].mean() <= 0.2, method
     pkps = frames["extrapolation"].query("method == 'pkps'")
     assert pkps["extrapolation_reason"].str.contains("above every reference").mean() >= 0.7
+    # warned cells' intervals hold their own sampling interval: they cover again
+    index = pd.MultiIndex.from_frame(pkps[["model", "task"]])
+    true = truth.reindex(index).to_numpy()
+    warned = pkps["extrapolation"].to_numpy() & pkps["lower"].notna().to_numpy()
+    inside = (pkps["lower"].to_numpy() <= true) & (true <= pkps["upper"].to_numpy())
+    assert warned.sum() >= 50 and inside[warned].mean() >= 0.8
