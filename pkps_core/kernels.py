@@ -11,10 +11,15 @@ by model, blocked so that memory stays bounded.
 
 For a linear (or cosine) response kernel the product kernel factorises:
 ``kQ(u, u') <x, x'>``, so for every unique query ``q`` and model ``i'`` we form
-``T[q, i'] = sum_{l in Q_i'} kQ(u_q, u_l) [x_i'l, 1]`` and contract it with the responses
-to ``q``. The cost is O(M N p) for M unique queries, N responses and p features instead
-of the O(N^2 p) of a pairwise loop, and it is exact. An RBF response kernel does not
-factorise and is summed over blocks of response pairs.
+``T[q, i'] = sum_{l in Q_i'} kQ(u_q, u_l) x_i'l`` and contract it with the responses to
+``q``; the denominator is ``S_Q^T K_Q S_Q`` with ``S_Q`` the query → model indicator. The
+cost is O(M N p) for M unique queries, N responses and p features instead of the
+O(N^2 p) of a pairwise loop, and it is exact. An RBF response kernel does not factorise
+and is summed over blocks of response pairs.
+
+Parallel work runs on one shared pool of our own threads while BLAS itself is held to one
+thread (:func:`worker_pool`): OpenBLAS keeps its threads spinning for a while after each
+product, and on a machine with few cores they slow any other threads that run meanwhile.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ DENSE_TRANSFER_DENSITY = 0.5
 GATHER_COLUMNS = 1024  # query-kernel columns gathered per product on the gather path, at
 GATHER_BYTES = 8 << 20  # least, or as many as fit in this many bytes (measured on L and M)
 PARALLEL_MIN_ENTRIES = 1 << 20  # kernel matrices at least this large are exponentiated in parallel
-# FactorizedSums keeps Y (n_models x (p+1) x n_queries) across bandwidths up to this size
+# FactorizedSums keeps Y (n_models x n_queries x p) across bandwidths up to this size
 try:
     LEFT_CACHE_BYTES = min(4 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 6)
 except (AttributeError, ValueError, OSError):  # no sysconf: a conservative 1 GiB
