@@ -90,7 +90,7 @@ def _rank_path_sums(layout, features, factor):
     with kernels.worker_pool() as threads:
         kernels.parallel_map(project, range(n), threads)
         flat = projected[:, :, :p].reshape(n, rank * p)
-        numerator = kernels.parallel_matmul(flat, flat.T)
+        numerator = kernels.parallel_inner(flat, flat)
     mass = projected[:, :, p]
     denominator = mass @ mass.T
     # The pair of a response with itself has kQ = 1 exactly; Φ Φ^T only approximates it.
@@ -183,9 +183,8 @@ class AffinityEngine:
             self._kernel_buffer = np.empty(sq.shape)
         return kernels.rbf_from_squared(sq, bandwidth, out=self._kernel_buffer)
 
-    def _exact(self, bandwidth: float, query_kernel=None) -> kernels.KernelSums:
-        if query_kernel is None:
-            query_kernel = self._query_kernel(bandwidth)
+    def _exact(self, bandwidth: float) -> kernels.KernelSums:
+        query_kernel = self._query_kernel(bandwidth)
         if self.response_kernel == "linear":
             return self._wrap(*self.factorized(query_kernel))
         return kernels.kernel_sums(

@@ -280,14 +280,13 @@ def worker_pool():
         _STATE.workers = None
 
 
-def parallel_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def parallel_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` with the rows of ``a`` split over the shared pool, BLAS on one thread each
     (see :func:`worker_pool` for why not BLAS's own threads)."""
     threads = workers()
-    if out is None:
-        out = np.empty((a.shape[0], b.shape[1]))
     if threads <= 1 or a.shape[0] < 2 * threads:
-        return np.matmul(a, b, out=out)
+        return a @ b
+    out = np.empty((a.shape[0], b.shape[1]))
     edges = np.linspace(0, a.shape[0], threads + 1).round().astype(int)
     with single_threaded_blas():
         parallel_map(

@@ -177,6 +177,14 @@ def _task_item_sd(context: PredictionContext) -> np.ndarray:
     return store["item_sd"]
 
 
+def _sampling_error(context: PredictionContext) -> np.ndarray:
+    """Per cell, the standard error of its sample score: ``s_t / sqrt(n)`` (NaN where the
+    cell has no responses or the task no item SD)."""
+    n = context.n_responses.astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, _task_item_sd(context)[None, :] / np.sqrt(n), np.nan)
+
+
 def _allowed_reference_stack(references: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """(n_models, n_models, n_tasks): reference of j on t if j may inform i, else NaN."""
     return np.where(allowed[:, :, None], references[None, :, :], np.nan)
@@ -658,10 +666,8 @@ def extrapolation_warnings(
     with np.errstate(all="ignore"):
         ref_min = np.where(finite, stack, np.inf).min(axis=1)
         ref_max = np.where(finite, stack, -np.inf).max(axis=1)
-    sd = _task_item_sd(context)[None, :]
     sample = context.sample
-    n = np.maximum(context.n_responses, 1)
-    noise = SAMPLE_Z * np.nan_to_num(sd) / np.sqrt(n)
+    noise = SAMPLE_Z * np.nan_to_num(_sampling_error(context))
     model_reason = [""] * shape[0]
     for i, row in enumerate(position.itertuples()):
         if row.n_refs < 2 or not np.isfinite(row.pooled):
@@ -714,12 +720,7 @@ def own_sample_interval(
     which only widens it)."""
     from scipy.stats import norm
 
-    z = float(norm.ppf(0.5 + level / 2.0))
-    sd = _task_item_sd(context)[None, :]
-    n = context.n_responses.astype(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        half = z * sd / np.sqrt(n)
-    half = np.where(n > 0, half, np.nan)
+    half = float(norm.ppf(0.5 + level / 2.0)) * _sampling_error(context)
     low, high = score_range(context)
     with np.errstate(invalid="ignore"):
         return (
