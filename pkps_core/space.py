@@ -26,6 +26,7 @@ from pkps_core.affinity import (
     SumsReport,
     increment_sums,
 )
+from pkps_core.kernels import RESPONSE_KERNELS  # noqa: F401  (re-exported for the pages)
 from pkps_core.knn import loo_knn_error
 from pkps_core.records import (
     RecordsError,
@@ -369,6 +370,8 @@ class PerspectiveSpace(BaseEstimator):
         -------
         self
         """
+        if isinstance(records, PreparedCache):
+            prepared = records
         prepared = prepared if prepared is not None else prepare_cache(records, embedder)
         self._check_params(prepared)
         features = self._response_features(prepared)
