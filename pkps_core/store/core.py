@@ -1,39 +1,9 @@
-"""The response store: one DuckDB file holding a validated cache and its embeddings.
-
-Tables
-------
-``responses``
-    One row per (model, task, query_id) in the canonical schema, plus the sha256 of the
-    query and response texts and the source the row came from.
-``embeddings``
-    Vectors keyed by (text sha256, embedder key), where the key is the embedder's
-    ``name`` and the column kind (query / response): nothing is embedded twice.
-``embedders``
-    The fitted state of each embedder key. A TF-IDF/SVD basis depends on the corpus it
-    was fit on, so the store fits once (on every distinct text of that kind in the store
-    at that moment) and later embeds only new texts into the same space.
-    :meth:`Store.reset_embeddings` drops both tables to refit on the current corpus.
-``ingests``
-    One row per successful ingest with its counts.
-``meta``
-    ``version``: a counter bumped by every change to ``responses`` (the app's cache key).
-
-All SQL is parameterised; user strings travel only as bound values or registered Arrow
-tables, never as SQL text. One connection per :class:`Store`; each operation runs on its
-own cursor, so a store can be shared across threads (e.g. ``st.cache_resource``). Writes
-(ingests, new embeddings) to one file are serialised by a per-file lock: DuckDB's
-optimistic concurrency would otherwise abort the second of two concurrent ingests
-("Conflict on update" of the version counter). Other processes cannot open a file that
-one process holds open for writing (DuckDB's file lock).
-"""
+"""The :class:`Store` class: one connection to a store file, its ingests and its reads."""
 
 from __future__ import annotations
 
-import hashlib
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -44,155 +14,15 @@ from sklearn.base import clone
 
 from pkps_core.embed import TextEmbedder, default_embedder
 from pkps_core.records import CANONICAL_COLUMNS, RecordsError, validate_records
-
-_SCALAR_COLUMNS = ("query", "response", "score", "reference_score")
-_EMBEDDING_COLUMNS = ("query_embedding", "response_embedding")
-_CONTENT_COLUMNS = CANONICAL_COLUMNS  # the canonical schema, in its order
-_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value BIGINT NOT NULL)
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS responses (
-        model VARCHAR NOT NULL,
-        task VARCHAR NOT NULL,
-        query_id VARCHAR NOT NULL,
-        query VARCHAR,
-        response VARCHAR,
-        score DOUBLE,
-        family VARCHAR NOT NULL,
-        reference_score DOUBLE,
-        query_embedding DOUBLE[],
-        response_embedding DOUBLE[],
-        query_hash VARCHAR,
-        response_hash VARCHAR,
-        source VARCHAR,
-        PRIMARY KEY (model, task, query_id)
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS embeddings (
-        text_hash VARCHAR NOT NULL,
-        embedder VARCHAR NOT NULL,
-        vector DOUBLE[] NOT NULL,
-        PRIMARY KEY (text_hash, embedder)
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS embedders (
-        embedder VARCHAR PRIMARY KEY,
-        state BLOB NOT NULL,
-        n_texts BIGINT NOT NULL
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS ingests (
-        source VARCHAR,
-        ingested_at TIMESTAMP DEFAULT current_timestamp,
-        added BIGINT,
-        replaced BIGINT,
-        unchanged BIGINT
-    )
-    """,
-    "INSERT INTO meta VALUES ('version', 0) ON CONFLICT DO NOTHING",
+from pkps_core.store.arrow import _arrow_table, _arrow_to_vectors, _first_row, _vectors_to_arrow
+from pkps_core.store.ingest import (
+    IngestReport,
+    _check_embedding_lengths,
+    _incoming_table,
+    _merge,
 )
-
-
-@dataclass(frozen=True)
-class IngestReport:
-    """What one :meth:`Store.ingest` did.
-
-    Attributes
-    ----------
-    source : str
-        Label of the ingested input (file name, upload name).
-    added : int
-        Rows whose (model, task, query_id) was new to the store.
-    replaced : int
-        Rows that changed an existing (model, task, query_id); the old row is gone.
-    unchanged : int
-        Rows identical to what the store already held (nothing written).
-    dropped_columns : tuple of str
-        Input columns outside the canonical schema, not stored.
-    """
-
-    source: str
-    added: int
-    replaced: int
-    unchanged: int
-    dropped_columns: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        text = (
-            f"{self.source}: {self.added} added, {self.replaced} replaced, "
-            f"{self.unchanged} unchanged"
-        )
-        if self.dropped_columns:
-            text += f" (columns not stored: {', '.join(self.dropped_columns)})"
-        return text
-
-
-_WRITE_LOCKS: dict[str, threading.RLock] = {}
-_WRITE_LOCKS_GUARD = threading.Lock()
-
-
-def _write_lock(path: str) -> threading.RLock:
-    """The lock every writer to the database file ``path`` holds (one per process and file:
-    two :class:`Store` objects on one file share DuckDB's database instance)."""
-    if path == ":memory:":
-        return threading.RLock()
-    with _WRITE_LOCKS_GUARD:
-        return _WRITE_LOCKS.setdefault(str(Path(path).resolve()), threading.RLock())
-
-
-def text_hash(text: str) -> str:
-    """sha256 hex digest of the UTF-8 text (the same as DuckDB's ``sha256``)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _vectors_to_arrow(cells: Sequence[np.ndarray | None]) -> pa.Array:
-    """A list<double> Arrow array from per-row vectors (None stays null)."""
-    present = [c for c in cells if c is not None]
-    if not present:
-        return pa.nulls(len(cells), type=pa.list_(pa.float64()))
-    lengths = np.array([0 if c is None else c.size for c in cells], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    values = pa.array(np.concatenate(present).astype(np.float64, copy=False))
-    mask = pa.array([c is None for c in cells])
-    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=mask)
-
-
-def _arrow_to_vectors(column: pa.ChunkedArray) -> list[np.ndarray | None]:
-    """Per-row float64 vectors from a list<double> Arrow column (null stays None)."""
-    out: list[np.ndarray | None] = []
-    for chunk in column.chunks:
-        # ``offsets`` index ``values`` absolutely, also for a sliced chunk.
-        offsets = chunk.offsets.to_numpy()
-        values = chunk.values.to_numpy(zero_copy_only=False)
-        valid = chunk.is_valid().to_numpy(zero_copy_only=False)
-        out.extend(
-            values[offsets[i] : offsets[i + 1]].copy() if valid[i] else None
-            for i in range(len(chunk))
-        )
-    return out
-
-
-def _arrow_table(
-    cur: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] = ()
-) -> pa.Table:
-    relation = cur.sql(sql, params=list(params))
-    # duckdb >= 1.4 names it to_arrow_table(); older releases only have arrow().
-    to_table = getattr(relation, "to_arrow_table", None) or relation.arrow
-    return to_table()
-
-
-def _first_row(
-    cur: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] = ()
-) -> tuple | None:
-    # fetchall, not fetchone: duckdb 2 refuses further statements on a cursor whose
-    # result was not read to the end.
-    rows = cur.execute(sql, list(params)).fetchall()
-    return rows[0] if rows else None
+from pkps_core.store.locks import _write_lock
+from pkps_core.store.schema import _CONTENT_COLUMNS, _EMBEDDING_COLUMNS, _SCALAR_COLUMNS, _SCHEMA
 
 
 class Store:
@@ -203,6 +33,16 @@ class Store:
     path : str or Path
         The database file; it and its folder are created on first use. ``":memory:"``
         gives a throw-away in-memory store.
+
+    Notes
+    -----
+    All SQL is parameterised; user strings travel only as bound values or registered Arrow
+    tables, never as SQL text. One connection per :class:`Store`; each operation runs on its
+    own cursor, so a store can be shared across threads (e.g. ``st.cache_resource``). Writes
+    (ingests, new embeddings) to one file are serialised by a per-file lock
+    (:mod:`pkps_core.store.locks`): DuckDB's optimistic concurrency would otherwise abort the
+    second of two concurrent ingests ("Conflict on update" of the version counter). Other
+    processes cannot open a file that one process holds open for writing (DuckDB's file lock).
 
     Examples
     --------
@@ -276,13 +116,13 @@ class Store:
         """
         frame = validate_records(records)
         dropped = tuple(c for c in frame.columns if c not in CANONICAL_COLUMNS)
-        incoming = self._incoming_table(frame, source)
+        incoming = _incoming_table(frame, source)
         with self._write_lock, self._cursor() as cur:
-            self._check_embedding_lengths(cur, frame)
+            _check_embedding_lengths(cur, frame)
             cur.register("incoming", incoming)
             cur.execute("BEGIN TRANSACTION")
             try:
-                counts = self._merge(cur, source)
+                counts = _merge(cur, source)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -291,106 +131,6 @@ class Store:
                 cur.unregister("incoming")
         added, replaced, unchanged = counts
         return IngestReport(source, added, replaced, unchanged, dropped)
-
-    @staticmethod
-    def _incoming_table(frame: pd.DataFrame, source: str) -> pa.Table:
-        n = len(frame)
-        columns: dict[str, pa.Array] = {}
-        for name in ("model", "task", "query_id", "family"):
-            columns[name] = pa.array(frame[name].tolist(), type=pa.string())
-        for name in ("query", "response"):
-            values = frame[name].tolist() if name in frame.columns else [None] * n
-            columns[name] = pa.array(values, type=pa.string())
-            columns[f"{name}_hash"] = pa.array(
-                [None if v is None else text_hash(v) for v in values], type=pa.string()
-            )
-        for name in ("score", "reference_score"):
-            values = (
-                frame[name].to_numpy(dtype=float) if name in frame.columns else np.full(n, np.nan)
-            )
-            columns[name] = pa.array(values, type=pa.float64(), from_pandas=True)
-        for name in ("query_embedding", "response_embedding"):
-            cells = frame[name].tolist() if name in frame.columns else [None] * n
-            columns[name] = _vectors_to_arrow(cells)
-        columns["source"] = pa.array([source] * n, type=pa.string())
-        return pa.table(columns)
-
-    @staticmethod
-    def _check_embedding_lengths(cur: duckdb.DuckDBPyConnection, frame: pd.DataFrame) -> None:
-        for column in ("query_embedding", "response_embedding"):
-            if column not in frame.columns:
-                continue
-            new_length = int(frame[column].iloc[0].size)
-            row = _first_row(
-                cur, f"SELECT len({column}) FROM responses WHERE {column} IS NOT NULL LIMIT 1"
-            )
-            if row is not None and int(row[0]) != new_length:
-                raise RecordsError(
-                    f"column '{column}' has {new_length} values per row but the store holds "
-                    f"{int(row[0])}-value embeddings; embed with the same model as the stored "
-                    "rows, or drop the column and let the store embed the text"
-                )
-
-    @staticmethod
-    def _merge(cur: duckdb.DuckDBPyConnection, source: str) -> tuple[int, int, int]:
-        same = " AND ".join(f"i.{c} IS NOT DISTINCT FROM r.{c}" for c in _CONTENT_COLUMNS[3:])
-        cur.execute(
-            f"""
-            CREATE OR REPLACE TEMP TABLE incoming_status AS
-            SELECT i.model, i.task, i.query_id,
-                   CASE WHEN r.model IS NULL THEN 'added'
-                        WHEN {same} THEN 'unchanged'
-                        ELSE 'replaced' END AS status
-            FROM incoming i
-            LEFT JOIN responses r USING (model, task, query_id)
-            """
-        )
-        counts = dict(
-            cur.execute("SELECT status, count(*) FROM incoming_status GROUP BY status").fetchall()
-        )
-        added, replaced, unchanged = (
-            int(counts.get(k, 0)) for k in ("added", "replaced", "unchanged")
-        )
-        if added + replaced:
-            cur.execute(
-                """
-                DELETE FROM responses r USING incoming_status s
-                WHERE s.status = 'replaced'
-                  AND r.model = s.model AND r.task = s.task AND r.query_id = s.query_id
-                """
-            )
-            columns = ", ".join((*_CONTENT_COLUMNS, "query_hash", "response_hash", "source"))
-            cur.execute(
-                f"""
-                INSERT INTO responses ({columns})
-                SELECT {", ".join(f"i.{c}" for c in columns.split(", "))}
-                FROM incoming i JOIN incoming_status s USING (model, task, query_id)
-                WHERE s.status <> 'unchanged'
-                """
-            )
-            conflict = _first_row(
-                cur,
-                """
-                SELECT task, query_id, count(DISTINCT query) AS n
-                FROM responses WHERE query IS NOT NULL
-                GROUP BY task, query_id HAVING count(DISTINCT query) > 1
-                ORDER BY task, query_id LIMIT 1
-                """,
-            )
-            if conflict is not None:
-                task, query_id, n_texts = conflict
-                raise RecordsError(
-                    f"query_id {query_id!r} of task {task!r} would have {n_texts} different "
-                    "query texts (the store already holds another text for it); a query_id "
-                    "must keep one text — give the variants distinct query_ids"
-                )
-            cur.execute("UPDATE meta SET value = value + 1 WHERE key = 'version'")
-        cur.execute(
-            "INSERT INTO ingests (source, added, replaced, unchanged) VALUES (?, ?, ?, ?)",
-            [source, added, replaced, unchanged],
-        )
-        cur.execute("DROP TABLE incoming_status")
-        return added, replaced, unchanged
 
     # ------------------------------------------------------------------ reading
 

@@ -1,0 +1,156 @@
+"""Shared pieces of the importers: the result type, the skip/warning log, and readers.
+
+Readers of (possibly gzipped) text, JSON and JSON Lines files that raise
+:class:`~pkps_core.records.RecordsError` with a message saying what to fix, and the
+per-response score coercion every format uses.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from pkps_core.records import RecordsError
+
+
+@dataclass
+class ImportResult:
+    """Records read by :func:`load`, with what was left out and why.
+
+    Attributes
+    ----------
+    records : DataFrame
+        Validated canonical records.
+    skipped : list of str
+        One line per skipped file or group of skipped rows: where, how many, why.
+    warnings : list of str
+        Things kept but worth knowing (e.g. a lower-is-better metric, missing scores).
+    formats : dict of str to int
+        Rows imported per format.
+    """
+
+    records: pd.DataFrame
+    skipped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    formats: dict[str, int] = field(default_factory=dict)
+
+
+class _Log:
+    """Collects skipped rows per (source, reason) and warnings while reading."""
+
+    def __init__(self) -> None:
+        self.skips: Counter[tuple[str, str]] = Counter()
+        self.examples: dict[tuple[str, str], str] = {}
+        self.warnings: list[str] = []
+
+    def skip(self, source: Path | str, reason: str, where: str = "") -> None:
+        key = (Path(source).name, reason)
+        self.skips[key] += 1
+        if where:
+            self.examples.setdefault(key, where)
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def lines(self) -> list[str]:
+        out = []
+        for (source, reason), count in self.skips.items():
+            noun = "item" if count == 1 else "items"
+            example = self.examples.get((source, reason))
+            at = f" (e.g. {example})" if example else ""
+            out.append(f"{source}: {count} {noun} skipped — {reason}{at}")
+        return out
+
+
+def _strip_gz(name: str) -> str:
+    return name[:-3] if name.lower().endswith(".gz") else name
+
+
+def _read_text(path: Path) -> str:
+    """A text file's content, gunzipping when the bytes are gzip."""
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise RecordsError(f"{path} is a damaged gzip file ({exc}); re-create it") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise RecordsError(
+            f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 and retry"
+        ) from None
+
+
+def _read_json(path: Path) -> object:
+    text = _read_text(path)
+    if not text.strip():
+        raise RecordsError(f"{path} is empty; it should hold a JSON document")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordsError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+
+
+def _read_jsonl(path: Path, log: _Log) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each line; unparseable lines are skipped and logged."""
+    text = _read_text(path)
+    if not text.strip():
+        raise RecordsError(f"{path} is empty; it should hold one JSON object per line")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            log.skip(path, f"not valid JSON ({exc.msg})", f"line {number}")
+            continue
+        if not isinstance(item, dict):
+            log.skip(path, "line is not a JSON object", f"line {number}")
+            continue
+        yield number, item
+
+
+def _first_jsonl_object(path: Path) -> dict | None:
+    try:
+        for line in _read_text(path).splitlines():
+            if line.strip():
+                item = json.loads(line)
+                return item if isinstance(item, dict) else None
+    except (RecordsError, json.JSONDecodeError):
+        return None
+    return None
+
+
+def _find(folder: Path, name: str) -> Path | None:
+    """``folder/name`` or ``folder/name.gz``, whichever exists."""
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _as_score(value: object) -> float | None:
+    """A per-response score as float: numbers, booleans and numeric strings; else None."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(float(value)) else None
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None

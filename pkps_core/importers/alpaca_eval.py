@@ -1,0 +1,68 @@
+"""AlpacaEval importer: ``results/<model>/model_outputs.json`` and its annotations.
+
+Preferences come from ``<model>/weighted_alpaca_eval_gpt4_turbo/annotations.json``;
+score = preference − 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pkps_core.importers._common import _as_score, _find, _Log, _read_json
+from pkps_core.records import RecordsError
+
+ALPACA_ANNOTATOR = "weighted_alpaca_eval_gpt4_turbo"
+
+
+def _alpaca_model_dirs(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path.parent]
+    if _find(path, "model_outputs.json"):
+        return [path]
+    return sorted(c for c in path.iterdir() if c.is_dir() and _find(c, "model_outputs.json"))
+
+
+def _load_alpaca_model(folder: Path, log: _Log) -> pd.DataFrame:
+    outputs_path = _find(folder, "model_outputs.json")
+    outputs = _read_json(outputs_path)
+    if not isinstance(outputs, list):
+        raise RecordsError(f"{outputs_path} should be a JSON list of outputs")
+    annotations_path = _find(folder / ALPACA_ANNOTATOR, "annotations.json")
+    preferences: dict[tuple[str, str], object] = {}
+    if annotations_path is None:
+        log.warn(f"{folder.name}: no {ALPACA_ANNOTATOR}/annotations.json; scores left empty")
+    else:
+        for annotation in _read_json(annotations_path):
+            key = (annotation.get("instruction"), annotation.get("output_2"))
+            preferences[key] = annotation.get("preference")
+    rows = []
+    for position, output in enumerate(outputs):
+        # Upstream outputs follow the 805-instruction evaluation set, so the position is
+        # the instruction's id (as in alpaca_eval_40.parquet: "alpaca-<position>").
+        where = f"output {position}"
+        instruction, text = output.get("instruction"), output.get("output")
+        if not isinstance(instruction, str) or not isinstance(text, str):
+            log.skip(outputs_path, "no instruction or output text", where)
+            continue
+        preference = _as_score(preferences.get((instruction, text)))
+        if preference is None and annotations_path is not None:
+            log.warn(f"{folder.name}: some outputs have no annotated preference (score NaN)")
+        rows.append(
+            {
+                "model": str(output.get("generator") or folder.name),
+                "task": str(output.get("dataset") or "alpaca_eval"),
+                "query_id": f"alpaca-{position}",
+                "query": instruction,
+                "response": text,
+                "score": np.nan if preference is None else preference - 1.0,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _load_alpaca_eval(path: Path, log: _Log) -> pd.DataFrame:
+    frames = [_load_alpaca_model(folder, log) for folder in _alpaca_model_dirs(path)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,21 @@
+"""Canonical importer: CSV / TSV / Parquet in the canonical schema.
+
+Read with :func:`pkps_core.records.read_records`; the file name's suffix identifies it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from pkps_core.importers._common import _Log
+from pkps_core.records import RecordsError, read_records
+
+_CANONICAL_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
+
+
+def _load_canonical(path: Path, log: _Log) -> pd.DataFrame:
+    if path.is_dir():
+        raise RecordsError(f"{path} is a folder; the canonical format is one CSV/Parquet file")
+    return read_records(str(path))

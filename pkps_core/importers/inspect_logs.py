@@ -1,0 +1,104 @@
+"""Inspect AI importer: JSON logs (``inspect eval --log-format json``).
+
+Named ``inspect_logs`` so that it does not shadow the standard library's ``inspect``. The
+first scorer gives the score; Inspect's letter values map as its ``value_to_float`` does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pkps_core.importers._common import _as_score, _Log, _read_json
+from pkps_core.records import RecordsError
+
+# Inspect's value_to_float: C(orrect) / I(ncorrect) / P(artial) / N(o answer).
+_INSPECT_LETTERS = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}
+
+
+def _inspect_text(content: object) -> str | None:
+    """Text of an Inspect message content: a string or a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        text = "\n".join(p for p in parts if isinstance(p, str))
+        return text or None
+    return None
+
+
+def _inspect_query(sample: dict) -> str | None:
+    raw = sample.get("input")
+    if isinstance(raw, list):
+        users = [_inspect_text(m.get("content")) for m in raw if m.get("role") == "user"]
+        raw = "\n\n".join(u for u in users if u) or None
+    if not isinstance(raw, str):
+        return None
+    choices = sample.get("choices")
+    if isinstance(choices, list) and choices:
+        raw += "\n\n" + "\n".join(f"{chr(ord('A') + i)}) {c}" for i, c in enumerate(choices))
+    return raw
+
+
+def _inspect_score(sample: dict, scorer: str | None) -> object:
+    scores = sample.get("scores") or {}
+    if not scores:
+        return None
+    chosen = scores.get(scorer) if scorer in scores else next(iter(scores.values()))
+    value = chosen.get("value") if isinstance(chosen, dict) else None
+    if isinstance(value, str) and value in _INSPECT_LETTERS:
+        return _INSPECT_LETTERS[value]
+    return value
+
+
+def _load_inspect(path: Path, log: _Log) -> pd.DataFrame:
+    document = _read_json(path)
+    if not isinstance(document, dict) or "eval" not in document:
+        raise RecordsError(f"{path} is not an Inspect JSON log (no 'eval' header)")
+    header = document["eval"]
+    if document.get("status") not in (None, "success"):
+        log.warn(f"{path.name}: log status is {document.get('status')!r}, not 'success'")
+    model = str(header.get("model"))
+    task = str(header.get("task_display_name") or header.get("task", "")).rsplit("/", 1)[-1]
+    scorers = [s.get("name") for s in header.get("scorers") or [] if isinstance(s, dict)]
+    scorer = scorers[0] if scorers else None
+    if len(scorers) > 1:
+        log.warn(f"{path.name}: several scorers; score = {scorer!r}")
+    samples = document.get("samples") or []
+    if not samples:
+        log.skip(path, "log has no samples (run with log_samples=True)")
+    rows = []
+    for index, sample in enumerate(samples):
+        where = f"sample {sample.get('id', index)}"
+        if sample.get("epoch", 1) != 1:
+            log.skip(path, "epoch > 1 (the first epoch's response is kept)", where)
+            continue
+        if sample.get("error"):
+            log.skip(path, "sample ended in an error", where)
+            continue
+        choices = (sample.get("output") or {}).get("choices") or []
+        message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+        response = _inspect_text((message or {}).get("content"))
+        if response is None:
+            response = (sample.get("output") or {}).get("completion")
+        if not isinstance(response, str):
+            log.skip(path, "no model output", where)
+            continue
+        value = _inspect_score(sample, scorer)
+        score = _as_score(value)
+        if score is None and value is not None:
+            log.skip(path, f"score value {value!r} is not numeric", where)
+            continue
+        rows.append(
+            {
+                "model": model,
+                "task": task,
+                "query_id": str(sample.get("id")),
+                "query": _inspect_query(sample),
+                "response": response,
+                "score": np.nan if score is None else score,
+            }
+        )
+    return pd.DataFrame(rows)

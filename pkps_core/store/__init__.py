@@ -1,0 +1,11 @@
+"""The response store: one DuckDB file holding a validated cache and its embeddings.
+
+:class:`Store` (module ``core``) opens the file and answers every read; ``schema`` holds
+the tables, ``ingest`` the one-transaction merge of new records, ``arrow`` the conversions
+between vectors, Arrow and DuckDB results, and ``locks`` the per-file write locks.
+"""
+
+from pkps_core.store.core import Store
+from pkps_core.store.ingest import IngestReport, text_hash
+
+__all__ = ["IngestReport", "Store", "text_hash"]
