@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pkps_core.itemsim import estimation_gap_study, make_2pl
+from pkps_core.itemsim import make_2pl
 from pkps_core.predict import predict
+from pkps_core.protocols import estimation_gap_study
 from pkps_core.records import default_family
 from pkps_core.synthetic import make_synthetic
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.embed import embed_records
-from pkps_core.experiments import summarise, synthetic_query_efficiency
-from pkps_core.protocols import query_efficiency_protocol
+from pkps_core.protocols import query_efficiency_protocol, summarise, synthetic_query_efficiency
 from pkps_core.records import validate_records
 
 ALPACA = (

@@ -1,27 +1,20 @@
-"""Item-level binary simulations for the baselines: a 2PL item bank and the second paper's study.
+"""Item-level binary simulators: a 2PL item bank and a canonical cache built from item banks.
 
 :func:`make_2pl` draws a models × items matrix of 0/1 outcomes from a two-parameter logistic
-(2PL) item-response model with a spread of abilities. :func:`estimation_gap_study` runs the
-protocol of "How Benchmark Prediction from Fewer Data Misses the Mark" on such a matrix:
-source/target model splits (random 75/25 "interpolation", or bottom 50 % sources / top 30 %
-targets by full score, "extrapolation"), a random core set of ``n`` items per seed, and the
-estimation gap ``|h(f) − s̄(f, D)|`` of Random-Sampling, Random-Sampling-Learn and AIPW
-averaged over the targets. :func:`make_item_cache` turns a 2PL bank into canonical records
-with a mix of fully evaluated and sparsely evaluated models, for end-to-end tests.
+(2PL) item-response model with a spread of abilities (the input of
+:func:`pkps_core.protocols.estimation_gap_study`). :func:`make_item_cache` turns a Rasch item
+bank per task into canonical records with a mix of fully and sparsely evaluated models, for
+end-to-end tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from pkps_core.baselines import aipw_predict, rs_learn_predict
 from pkps_core.synthetic import SyntheticCache
-
-SPLITS = ("interpolation", "extrapolation")
 
 
 @dataclass(frozen=True)
@@ -81,70 +74,6 @@ def make_2pl(
     probabilities = 1.0 / (1.0 + np.exp(-logits))
     scores = (rng.random(probabilities.shape) < probabilities).astype(float)
     return ItemBank(scores, probabilities, abilities, difficulties, discriminations)
-
-
-def split_models(
-    full_scores: np.ndarray, split: str, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Source and target model indices for one of the second paper's splits.
-
-    ``"interpolation"``: a random 75 % of models are sources, the other 25 % targets.
-    ``"extrapolation"``: models ranked by full score; the lowest 50 % are sources and the
-    highest 30 % targets (the middle 20 % are unused).
-    """
-    n = len(full_scores)
-    if split == "interpolation":
-        order = rng.permutation(n)
-        n_sources = int(round(0.75 * n))
-        return np.sort(order[:n_sources]), np.sort(order[n_sources:])
-    if split == "extrapolation":
-        order = np.argsort(full_scores, kind="stable")
-        return np.sort(order[: n // 2]), np.sort(order[n - int(round(0.3 * n)) :])
-    raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-
-
-def estimation_gap_study(
-    scores: np.ndarray,
-    splits: Sequence[str] = SPLITS,
-    seeds: Sequence[int] = range(20),
-    *,
-    n_core: int = 50,
-) -> pd.DataFrame:
-    """Estimation gap of Random-Sampling, Random-Sampling-Learn and AIPW (second paper).
-
-    For every split and seed: sources and targets by :func:`split_models`, a core set C of
-    ``n_core`` items drawn at random (shared by all targets, as in the paper); the full
-    scores s̄(f, D) are the item means over all N items. Sources are fully observed,
-    targets only on C.
-
-    Returns
-    -------
-    DataFrame
-        Columns split, seed, method (``random-sampling``, ``rs-learn``, ``aipw``) and gap:
-        the mean over targets of ``|h(f) − s̄(f, D)|`` (score units; ×100 for points).
-    """
-    scores = np.asarray(scores, dtype=float)
-    full = scores.mean(axis=1)
-    n_items = scores.shape[1]
-    rows = []
-    for split in splits:
-        for seed in seeds:
-            rng = np.random.default_rng(seed)
-            sources, targets = split_models(full, split, rng)
-            core = np.sort(rng.choice(n_items, size=n_core, replace=False))
-            estimates = {
-                "random-sampling": scores[np.ix_(targets, core)].mean(axis=1),
-                "rs-learn": rs_learn_predict(
-                    scores[np.ix_(sources, core)], full[sources], scores[np.ix_(targets, core)]
-                ),
-                "aipw": np.array(
-                    [aipw_predict(scores[sources], scores[f, core], core) for f in targets]
-                ),
-            }
-            for method, estimate in estimates.items():
-                gap = float(np.abs(estimate - full[targets]).mean())
-                rows.append({"split": split, "seed": seed, "method": method, "gap": gap})
-    return pd.DataFrame(rows)
 
 
 def make_item_cache(

@@ -6,7 +6,7 @@ and PKPS is flat in the pairing rho (within 15 % between rho = 0 and rho = 1).
 
 import pytest
 
-from pkps_core.experiments import synthetic_query_efficiency
+from pkps_core.protocols import synthetic_query_efficiency
 
 
 @pytest.fixture(scope="module")

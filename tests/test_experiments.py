@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pkps_core.experiments import subsample_cells
+from pkps_core.protocols import subsample_cells
 
 
 @pytest.fixture(scope="module")

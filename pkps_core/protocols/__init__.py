@@ -1,0 +1,118 @@
+"""The papers' evaluation protocols as seeded, reproducible sweeps over a cache.
+
+* ``"query-efficiency"`` (PKPS Section 4, Figures 2–3): every observed cell masked to a budget
+  of ``m`` queries with pairing ``rho``; levers cohort ``n`` and task coverage ``p_task``.
+* ``"completion"`` (PKPS Figure 4): cells observed with probability ``p_task``, queries with
+  ``p_query``; the hidden cells are the targets.
+* ``"interpolation"`` / ``"extrapolation"`` ("How Benchmark Prediction from Fewer Data Misses
+  the Mark"): source and target models, targets keep a shared core set; the error is the
+  estimation gap, set against each target's similarity to the sources.
+
+Modules, bottom up: :mod:`~pkps_core.protocols.masks` (preparing and masking a cache),
+:mod:`~pkps_core.protocols.similarity` (model similarity), :mod:`~pkps_core.protocols.reports`
+(the result, its summary and tests), :mod:`~pkps_core.protocols.sweep` (the sweep driver, its
+:class:`SweepOptions` and the four protocols), :mod:`~pkps_core.protocols.studies` (small
+study drivers). Every public name is importable from here.
+
+References
+----------
+Helm et al., "Benchmark Prediction with Sparse and Unpaired Cached Responses" (PKPS),
+Section 4 and the appendix. "How Benchmark Prediction from Fewer Data Misses the Mark":
+the source–target splits, the estimation gap, model similarity and the normalised gap.
+"""
+
+from pkps_core.protocols.masks import (
+    SPLITS,
+    cell_values,
+    cells_of,
+    choose_cohort,
+    choose_tasks,
+    cover_cells,
+    full_scores,
+    mask_completion,
+    mask_query_efficiency,
+    mask_split,
+    prepare_records,
+    split_models,
+    subsample_cells,
+)
+from pkps_core.protocols.reports import (
+    COMPARATORS,
+    LEVERS,
+    LONG_COLUMNS,
+    PROTOCOLS,
+    SPLIT_COLUMNS,
+    ProtocolResult,
+    combine_results,
+    format_summary,
+    make_result,
+    similarity_correlations,
+    summary_table,
+    wilcoxon_tests,
+)
+from pkps_core.protocols.similarity import (
+    agreement_beyond_chance,
+    chance_agreement,
+    model_similarity,
+    similarity_and_spread,
+)
+from pkps_core.protocols.studies import (
+    estimation_gap_study,
+    summarise,
+    synthetic_query_efficiency,
+)
+from pkps_core.protocols.sweep import (
+    DEFAULT_METHODS,
+    Progress,
+    SweepOptions,
+    completion_protocol,
+    query_efficiency_protocol,
+    run_protocol,
+    run_sweep,
+    split_protocol,
+    sweep_options,
+)
+
+__all__ = [
+    "COMPARATORS",
+    "DEFAULT_METHODS",
+    "LEVERS",
+    "LONG_COLUMNS",
+    "PROTOCOLS",
+    "SPLITS",
+    "SPLIT_COLUMNS",
+    "Progress",
+    "ProtocolResult",
+    "SweepOptions",
+    "agreement_beyond_chance",
+    "cell_values",
+    "cells_of",
+    "chance_agreement",
+    "choose_cohort",
+    "choose_tasks",
+    "combine_results",
+    "completion_protocol",
+    "cover_cells",
+    "estimation_gap_study",
+    "format_summary",
+    "full_scores",
+    "make_result",
+    "mask_completion",
+    "mask_query_efficiency",
+    "mask_split",
+    "model_similarity",
+    "prepare_records",
+    "query_efficiency_protocol",
+    "run_protocol",
+    "run_sweep",
+    "similarity_and_spread",
+    "similarity_correlations",
+    "split_models",
+    "split_protocol",
+    "subsample_cells",
+    "summarise",
+    "summary_table",
+    "sweep_options",
+    "synthetic_query_efficiency",
+    "wilcoxon_tests",
+]
