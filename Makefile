@@ -12,12 +12,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.runtime: requirements.txt | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+# pkps_core is installed editable (its dependencies are requirements.txt, through
+# pyproject.toml), so `$(BIN)/python -m pkps_core` works from any folder.
+$(VENV)/.runtime: requirements.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.dev: requirements-dev.txt requirements.txt | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+$(VENV)/.dev: requirements-dev.txt requirements.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt -e .
 	touch $(VENV)/.runtime $@
 
 setup: $(VENV)/.runtime

@@ -3,17 +3,19 @@
 A synthetic cache (the PKPS paper's generator) that is sparse (70 % task coverage) and
 unpaired (rho = 0: no two models share a query), so PKPS and DKPS visibly differ. Each
 row carries short display texts naming what it is (the kernels use the precomputed
-embeddings) and the cell's true score as ``reference_score``.
+embeddings) and the cell's true score as ``reference_score``. It lives in :func:`data_dir`.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
 
-DEMO_PATH = Path(__file__).resolve().parents[1] / "data" / "demo.duckdb"
+DATA_DIR_ENV = "PKPS_DATA_DIR"
+_PACKAGE_PARENT = Path(__file__).resolve().parents[1]
 DEMO_SETTINGS = {
     "n_models": 45,
     "n_tasks": 10,
@@ -22,6 +24,25 @@ DEMO_SETTINGS = {
     "p_task": 0.7,
     "random_state": 2026,
 }
+
+
+def data_dir() -> Path:
+    """Where the app keeps its stores: ``$PKPS_DATA_DIR`` if set; else ``<checkout>/data``
+    when the package runs from a checkout (``app.py`` beside it); else the user data
+    directory, ``$XDG_DATA_HOME/perspective-explorer`` (default ``~/.local/share/...``)."""
+    configured = os.environ.get(DATA_DIR_ENV, "").strip()
+    if configured:
+        return Path(configured).expanduser().resolve()
+    if (_PACKAGE_PARENT / "app.py").is_file() and (_PACKAGE_PARENT / "app_pages").is_dir():
+        return _PACKAGE_PARENT / "data"
+    user_data = os.environ.get("XDG_DATA_HOME", "").strip()
+    base = Path(user_data).expanduser() if user_data else Path.home() / ".local" / "share"
+    return base / "perspective-explorer"
+
+
+def demo_path() -> Path:
+    """The demo store's file, ``data_dir() / "demo.duckdb"``."""
+    return data_dir() / "demo.duckdb"
 
 
 def demo_records():
@@ -38,9 +59,10 @@ def demo_records():
     return records
 
 
-def ensure_demo_store(path: str | Path = DEMO_PATH) -> Path:
-    """Build the demo store at ``path`` unless it already holds responses."""
-    path = Path(path)
+def ensure_demo_store(path: str | Path | None = None) -> Path:
+    """Build the demo store at ``path`` (default :func:`demo_path`) unless it already
+    holds responses."""
+    path = demo_path() if path is None else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with Store(path) as store:
         if store.summary()["responses"] == 0:

@@ -158,7 +158,8 @@ def validate_records(
     Parameters
     ----------
     records : DataFrame
-        One row per (model, task, query) response, with the columns of DESIGN.md.
+        One row per (model, task, query) response, with the :data:`CANONICAL_COLUMNS`
+        (the README's "Input: the canonical CSV / Parquet schema").
     require_scores : bool, default=False
         If True, every row needs a finite ``score``. Otherwise NaN scores are allowed and
         such rows only contribute their response to the perspective space.
@@ -297,7 +298,7 @@ def cell_table(records: pd.DataFrame) -> pd.DataFrame:
 
     The sample score is the mean of the cell's observed (non-NaN) scores. The reference
     is the cell's ``reference_score`` when that column exists (NaN where it is empty),
-    otherwise the sample score (DESIGN.md, "The canonical record").
+    otherwise the sample score.
     """
     scores = records["score"] if "score" in records.columns else pd.Series(np.nan, records.index)
     frame = pd.DataFrame(

@@ -17,8 +17,8 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
-from pages import shared
-from pkps_core.demo import DEMO_SETTINGS, ensure_demo_store
+import app_shared as shared
+from pkps_core.demo import DATA_DIR_ENV, DEMO_SETTINGS, ensure_demo_store
 from pkps_core.predict import OUTPUT_COLUMNS
 from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
@@ -120,9 +120,9 @@ def _upload_and_import(at: AppTest, *files: tuple[str, bytes, str]) -> AppTest:
 
 
 def test_app_builds_and_starts_on_the_demo_store_by_default(tmp_path, monkeypatch):
-    demo_path = tmp_path / "demo-default.duckdb"
+    demo_path = tmp_path / "data" / "demo.duckdb"
     monkeypatch.delenv(shared.STORE_ENV, raising=False)
-    monkeypatch.setattr(shared, "DEMO_PATH", demo_path)
+    monkeypatch.setenv(DATA_DIR_ENV, str(demo_path.parent))
     at = _app().run()
     assert not _errors(at)
     assert at.title[0].value == "Perspective Explorer"
@@ -149,12 +149,12 @@ def test_every_page_renders_on_the_demo_store(demo_store):
     assert 0.1 * n_cells < n_missing < 0.5 * n_cells
     assert np.isnan(_array(values["z"]).astype(float)).sum() == n_missing
 
-    at.switch_page("pages/space.py").run()
+    at.switch_page(shared.SPACE_PAGE).run()
     assert not _errors(at)
-    assert [s.value for s in at.subheader] == ["PKPS", "DKPS"]
+    assert [s.value for s in at.main.subheader] == ["PKPS", "DKPS"]
     assert {"pkps_scatter", "dkps_scatter", "cv_curve"} == set(_charts(at))
 
-    at.switch_page("pages/predictions.py").run()
+    at.switch_page(shared.PREDICTIONS_PAGE).run()
     assert not _errors(at)
     mae = at.dataframe[0].value
     assert list(mae.index) == ["sample", "dkps", "pkps"]
@@ -164,7 +164,7 @@ def test_every_page_renders_on_the_demo_store(demo_store):
 
 def test_empty_store_points_to_the_data_page(empty_store):
     at = _app()
-    at.switch_page("pages/space.py").run()
+    at.switch_page(shared.SPACE_PAGE).run()
     assert not _errors(at)
     assert any("holds no responses" in i.value for i in at.info)
     assert not _charts(at)
@@ -207,9 +207,9 @@ def test_uploading_a_small_csv_adds_its_models(empty_store):
     assert metrics["Models"] == "6"
 
     # The uploaded cache has text: the perspective page embeds and fits it.
-    at.switch_page("pages/space.py").run()
+    at.switch_page(shared.SPACE_PAGE).run()
     assert not _errors(at)
-    assert [s.value for s in at.subheader] == ["PKPS", "DKPS"]
+    assert [s.value for s in at.main.subheader] == ["PKPS", "DKPS"]
 
 
 def test_a_bad_csv_shows_the_rows_and_stores_nothing(demo_store):
@@ -220,7 +220,7 @@ def test_a_bad_csv_shows_the_rows_and_stores_nothing(demo_store):
     assert not _errors(at)
     assert len(at.error) == 1
     assert "nothing was stored" in at.error[0].value
-    message = at.text[-1].value
+    message = at.main.text[-1].value
     assert "bad.csv" in message and "duplicate" in message and "rows 2, 5" in message
     assert _store_state(demo_store) == before
 
@@ -237,7 +237,7 @@ def test_one_bad_file_among_several_stores_none_of_them(empty_store):
         ("bad.csv", _csv(bad), "text/csv"),
     )
     assert "nothing was stored" in at.error[0].value
-    assert "bad.csv" in at.text[-1].value and "not numeric" in at.text[-1].value
+    assert "bad.csv" in at.main.text[-1].value and "not numeric" in at.main.text[-1].value
     assert _store_state(empty_store)[2] == 0
 
 
@@ -252,9 +252,9 @@ def test_alpaca_eval_upload_shows_pkps_and_dkps(empty_store):
     assert {m.label: m.value for m in at.metric}["Models"] == "40"
     models = pd.read_parquet(ALPACA, columns=["model"])["model"].unique()
 
-    at.switch_page("pages/space.py").run()
+    at.switch_page(shared.SPACE_PAGE).run()
     assert not _errors(at)
-    assert [s.value for s in at.subheader] == ["PKPS", "DKPS"]
+    assert [s.value for s in at.main.subheader] == ["PKPS", "DKPS"]
     for key in ("pkps_scatter", "dkps_scatter"):
         assert _models_in_scatter(at, key) == set(models)
     assert "kernel sums" in at.caption[0].value
@@ -270,7 +270,7 @@ def _scatter_specs(at: AppTest) -> list[str]:
 
 def test_switching_kernels_and_bandwidth_rerenders(demo_store):
     at = _app()
-    at.switch_page("pages/space.py").run()
+    at.switch_page(shared.SPACE_PAGE).run()
     cv_caption = at.caption[0].value
     cv_specs = _scatter_specs(at)
 
@@ -295,7 +295,7 @@ def test_switching_kernels_and_bandwidth_rerenders(demo_store):
 
 def test_cross_validation_curve_is_shown(demo_store):
     at = _app()
-    at.switch_page("pages/space.py").run()
+    at.switch_page(shared.SPACE_PAGE).run()
     curve = at.dataframe[0].value
     assert list(curve.columns) == ["multiple_of_median", "bandwidth", "cv_error", "chosen"]
     assert curve["chosen"].sum() == 1
@@ -304,7 +304,7 @@ def test_cross_validation_curve_is_shown(demo_store):
 
 def test_picking_models_lists_neighbours_and_responses(demo_store):
     at = _app()
-    at.switch_page("pages/space.py").run()
+    at.switch_page(shared.SPACE_PAGE).run()
     picker = at.multiselect(key="picked_models")
     model = picker.options[0]
     picker.set_value([model]).run()
@@ -338,7 +338,7 @@ def recorded_downloads(monkeypatch) -> dict[str, bytes]:
 
 def test_predictions_export_has_the_cli_columns(demo_store, recorded_downloads):
     at = _app()
-    at.switch_page("pages/predictions.py").run()
+    at.switch_page(shared.PREDICTIONS_PAGE).run()
     assert not _errors(at)
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Predictions (CSV)", "Predictions (Parquet)", "Model coordinates (CSV)"]
@@ -354,7 +354,7 @@ def test_predictions_export_has_the_cli_columns(demo_store, recorded_downloads):
 
 def test_prediction_settings_change_the_results(demo_store):
     at = _app()
-    at.switch_page("pages/predictions.py").run()
+    at.switch_page(shared.PREDICTIONS_PAGE).run()
     family_mae = at.dataframe[0].value
     at.multiselect[0].set_value(["sample", "pkps"])
     at.radio[0].set_value("model")

@@ -9,7 +9,8 @@ from pkps_core.itemsim import make_item_cache
 from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "experiments.py")
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = str(ROOT / "app_pages" / "experiments.py")
 
 
 def _store(path, records, monkeypatch):
@@ -72,10 +73,8 @@ def test_split_protocol_shows_similarity(dense_binary_store):
 
 def test_experiments_page_is_in_the_app_navigation(tmp_path, monkeypatch):
     monkeypatch.setenv("PKPS_STORE", str(tmp_path / "nav.duckdb"))
-    app = AppTest.from_file(
-        str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120
-    ).run()
+    app = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     assert not app.exception
-    app.switch_page("pages/experiments.py").run()
+    app.switch_page("app_pages/experiments.py").run()
     assert not app.exception
     assert any("Experiments" in t.value for t in app.title)

@@ -241,12 +241,12 @@ def test_cli_predict_writes_intervals_and_next_prints_a_ranking(sparse_predictio
 def test_predictions_page_shows_error_bars_warnings_and_next_cells(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from pages import shared
+    import app_shared as shared
     from pkps_core.demo import ensure_demo_store
 
     monkeypatch.setenv(shared.STORE_ENV, str(ensure_demo_store(tmp_path / "demo.duckdb")))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.switch_page("pages/predictions.py").run()
+    at.switch_page(shared.PREDICTIONS_PAGE).run()
     assert not at.exception, [e.message for e in at.exception]
     headers = [h.value for h in at.header]
     assert "What to evaluate next" in headers

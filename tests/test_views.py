@@ -1,4 +1,5 @@
-"""The app's data shaping (pkps_core.views), tested without Streamlit."""
+"""The app's data shaping (pkps_core.views) and uploads (pkps_core.uploads), tested without
+Streamlit."""
 
 import io
 import sys
@@ -14,6 +15,7 @@ from pkps_core.records import RecordsError, cell_table, validate_records
 from pkps_core.space import PerspectiveSpace
 from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
+from pkps_core.uploads import read_uploads
 
 
 def _cells() -> pd.DataFrame:
@@ -49,7 +51,7 @@ def _small_records() -> pd.DataFrame:
 
 def test_read_uploads_combines_files_and_reports_per_file():
     other = _small_records().assign(model=["m3", "m3", "m4"])
-    result = views.read_uploads([("a.csv", _csv(_small_records())), ("b.csv", _csv(other))])
+    result = read_uploads([("a.csv", _csv(_small_records())), ("b.csv", _csv(other))])
     assert sorted(result.records["model"].unique()) == ["m1", "m2", "m3", "m4"]
     assert result.per_file["rows"].tolist() == [3, 3]
     assert result.per_file["format"].tolist() == ["canonical", "canonical"]
@@ -61,7 +63,7 @@ def test_read_uploads_names_the_file_and_rows_of_a_schema_error():
     bad.loc[2, "query_id"] = "1"
     bad.loc[2, "model"] = "m1"
     with pytest.raises(RecordsError, match=r"^bad\.csv: duplicate .* rows 1, 3"):
-        views.read_uploads(
+        read_uploads(
             [
                 ("good.csv", _csv(_small_records().assign(model=["g1", "g1", "g2"]))),
                 ("bad.csv", _csv(bad)),
@@ -71,13 +73,13 @@ def test_read_uploads_names_the_file_and_rows_of_a_schema_error():
 
 def test_read_uploads_rejects_the_same_response_in_two_files():
     with pytest.raises(RecordsError, match=r"appears in a\.csv and b\.csv"):
-        views.read_uploads([("a.csv", _csv(_small_records())), ("b.csv", _csv(_small_records()))])
+        read_uploads([("a.csv", _csv(_small_records())), ("b.csv", _csv(_small_records()))])
 
 
 def test_read_uploads_uses_only_the_base_name_and_reads_parquet(tmp_path):
     buffer = io.BytesIO()
     _small_records().to_parquet(buffer, index=False)
-    result = views.read_uploads([("../../etc/cache.parquet", buffer.getvalue())])
+    result = read_uploads([("../../etc/cache.parquet", buffer.getvalue())])
     assert result.source == "cache.parquet"
     assert len(result.records) == 3
 
@@ -86,7 +88,7 @@ def test_read_uploads_imports_a_zipped_folder():
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("run/one.csv", _small_records().to_csv(index=False))
-    result = views.read_uploads([("caches.zip", buffer.getvalue())])
+    result = read_uploads([("caches.zip", buffer.getvalue())])
     assert len(result.records) == 3
 
 
@@ -95,12 +97,12 @@ def test_read_uploads_rejects_a_zip_entry_outside_the_archive():
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("../escape.csv", _small_records().to_csv(index=False))
     with pytest.raises(RecordsError, match="outside"):
-        views.read_uploads([("evil.zip", buffer.getvalue())])
+        read_uploads([("evil.zip", buffer.getvalue())])
 
 
 def test_read_uploads_unreadable_file_is_a_records_error():
     with pytest.raises(RecordsError, match=r"^notes\.txt: cannot tell the format"):
-        views.read_uploads([("notes.txt", b"hello")])
+        read_uploads([("notes.txt", b"hello")])
 
 
 # ---------------------------------------------------------------------- overview

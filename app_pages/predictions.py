@@ -5,11 +5,11 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages import shared
+import app_shared as shared
 from pkps_core import trust, views
-from pkps_core.kernels import RESPONSE_KERNELS
 from pkps_core.predict import METHODS, predict
 from pkps_core.records import RecordsError
+from pkps_core.space import RESPONSE_KERNELS
 
 DEFAULT_METHODS = ("sample", "dkps", "pkps")
 INTERVAL_LEVEL = 0.9

@@ -2,22 +2,21 @@
 
 A thin page over :mod:`pkps_core.protocols`: choose a protocol, its levers and the seeds;
 each seed runs as one cached call (keyed by store path, store version and every setting),
-so the progress bar advances per seed and a rerun with the same inputs is instant.
+so the progress bar advances per seed and a rerun with the same inputs is instant. The
+store is the app's active store (:mod:`app_shared`), as on every page.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+import app_shared as shared
 from pkps_core import protocols
-from pkps_core.demo import ensure_demo_store
 from pkps_core.predict import METHODS
-from pkps_core.store import Store
 
 LEVER_CHOICES = {
     "budget": [1, 2, 4, 8, 16, 32],
@@ -46,22 +45,10 @@ ARGUMENTS = {
 }
 
 
-def store_path() -> str:
-    """The app's active store if set, else ``$PKPS_STORE``, else the demo store."""
-    chosen = st.session_state.get("store_path") or os.environ.get("PKPS_STORE", "").strip()
-    return str(chosen) if chosen else str(ensure_demo_store())
-
-
-def store_version(path: str) -> int:
-    with Store(path) as store:
-        return store.version
-
-
-@st.cache_resource(max_entries=2, show_spinner="Loading and embedding the responses…")
-def load_records(path: str, version: int) -> pd.DataFrame:
-    """Records with embeddings, validated and embedded once for every sweep."""
-    with Store(path) as store:
-        return protocols.prepare_records(store.records())
+@st.cache_resource(max_entries=2, show_spinner="Preparing the responses for the sweeps…")
+def sweep_records(path: str, version: int) -> pd.DataFrame:
+    """The store's records with embeddings, validated once for every sweep."""
+    return protocols.prepare_records(shared.load_records(path, version))
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -73,7 +60,7 @@ def run_seed(path: str, version: int, protocol: str, settings: str, seed: int) -
         for name, values in options["levers"].items()
     }
     result = protocols.run_protocol(
-        load_records(path, version),
+        sweep_records(path, version),
         protocol,
         seeds=[seed],
         methods=options["methods"],
@@ -169,8 +156,8 @@ st.caption(
     "scores: query efficiency (m queries per cell), completion (hidden cells), and the "
     "interpolation / extrapolation splits."
 )
-path = store_path()
-version = store_version(path)
+path = shared.active_path()
+version = shared.active_store().version
 
 protocol = st.selectbox("Protocol", protocols.PROTOCOLS)
 with st.form("experiment"):

@@ -4,11 +4,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages import shared
+import app_shared as shared
 from pkps_core import views
-from pkps_core.kernels import RESPONSE_KERNELS
 from pkps_core.records import RecordsError
-from pkps_core.space import BANDWIDTH_GRID
+from pkps_core.space import BANDWIDTH_GRID, RESPONSE_KERNELS
 
 MAX_SELECTED = 5
 

@@ -5,10 +5,11 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages import shared
+import app_shared as shared
 from pkps_core import views
-from pkps_core.demo import DEMO_PATH
+from pkps_core.demo import data_dir
 from pkps_core.records import RecordsError
+from pkps_core.uploads import UPLOAD_TYPES, read_uploads
 
 PAGE_SIZE = 80
 MISSING_COLOUR = "#d9d9d9"
@@ -25,7 +26,7 @@ st.caption(
 )
 upload_limit = st.get_option("server.maxUploadSize")
 uploads = st.file_uploader(
-    "Response caches", type=list(views.UPLOAD_TYPES), accept_multiple_files=True, key="upload"
+    "Response caches", type=list(UPLOAD_TYPES), accept_multiple_files=True, key="upload"
 )
 st.caption(
     f"Up to {upload_limit} MB per file (the server's `maxUploadSize` in "
@@ -43,7 +44,7 @@ destination = st.radio(
 new_path = None
 if destination == "a new store":
     stem = Path(uploads[0].name).name.split(".")[0] if uploads else "uploaded"
-    new_path = st.text_input("New store file", value=str(DEMO_PATH.parent / f"{stem}.duckdb"))
+    new_path = st.text_input("New store file", value=str(data_dir() / f"{stem}.duckdb"))
 
 if st.button("Import", type="primary", disabled=not uploads):
     target = active if new_path is None else str(Path(new_path).expanduser().resolve())
@@ -53,7 +54,7 @@ if st.button("Import", type="primary", disabled=not uploads):
             if not target.endswith(".duckdb"):
                 raise RecordsError("a store is a .duckdb file; give a path ending in .duckdb")
             st.write("Reading and validating the files…")
-            result = views.read_uploads([(f.name, f.getvalue()) for f in uploads])
+            result = read_uploads([(f.name, f.getvalue()) for f in uploads])
             st.write(f"Storing {len(result.records):,} rows in one transaction…")
             store = shared.open_store(target)
             report = store.ingest(result.records, source=result.source)

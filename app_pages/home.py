@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages import shared
+import app_shared as shared
 
 st.title("Perspective Explorer")
 st.write(
@@ -25,5 +25,5 @@ if shared.is_demo(path):
     )
 
 st.page_link(shared.DATA_PAGE, label="Data — upload caches, coverage and pairing", icon="📥")
-st.page_link("pages/space.py", label="Perspective space — PKPS next to DKPS", icon="🌌")
-st.page_link("pages/predictions.py", label="Predictions — methods, errors, export", icon="🎯")
+st.page_link(shared.SPACE_PAGE, label="Perspective space — PKPS next to DKPS", icon="🌌")
+st.page_link(shared.PREDICTIONS_PAGE, label="Predictions — methods, errors, export", icon="🎯")

@@ -1,4 +1,4 @@
-"""What every page shares: the active store, cached loads and fits, the sidebar.
+"""What every page shares: page paths, the active store, cached loads and fits, the sidebar.
 
 Caches are keyed by their inputs: the store path and its ``version`` (bumped by every
 ingest), and the kernel / bandwidth / method settings. Large read-only objects (records
@@ -17,24 +17,29 @@ import pandas as pd
 import streamlit as st
 
 from pkps_core import views
-from pkps_core.demo import DEMO_PATH, ensure_demo_store
+from pkps_core.demo import demo_path, ensure_demo_store
 from pkps_core.predict import PredictionContext, build_context, predict
 from pkps_core.records import cell_table
 from pkps_core.space import PerspectiveSpace, PreparedCache, prepare_cache
 from pkps_core.store import Store
 
 STORE_ENV = "PKPS_STORE"
-DATA_PAGE = "pages/data.py"
+# Page scripts, relative to app.py (st.Page, st.page_link and AppTest.switch_page take these).
+HOME_PAGE = "app_pages/home.py"
+DATA_PAGE = "app_pages/data.py"
+SPACE_PAGE = "app_pages/space.py"
+PREDICTIONS_PAGE = "app_pages/predictions.py"
+EXPERIMENTS_PAGE = "app_pages/experiments.py"
 
 
 def default_store_path() -> str:
     """``$PKPS_STORE`` if set, else the embedded demo store."""
     configured = os.environ.get(STORE_ENV, "").strip()
-    return str(Path(configured).expanduser().resolve()) if configured else str(DEMO_PATH)
+    return str(Path(configured).expanduser().resolve()) if configured else str(demo_path())
 
 
 def is_demo(path: str) -> bool:
-    return Path(path).resolve() == DEMO_PATH.resolve()
+    return Path(path).resolve() == demo_path().resolve()
 
 
 @st.cache_resource(show_spinner="Opening the store…")
@@ -112,7 +117,7 @@ def fit_space(
         "response_kernel": response_kernel,
         "n_components": int(n_components),
     }
-    space = PerspectiveSpace(**params).fit(None, prepared=load_prepared(path, version))
+    space = PerspectiveSpace(**params).fit(load_prepared(path, version))
     return views.summarize_space(space)
 
 
@@ -124,7 +129,7 @@ def cv_space(path: str, version: int, response_kernel: str, n_components: int) -
         "response_kernel": response_kernel,
         "n_components": int(n_components),
     }
-    return PerspectiveSpace(**params).fit(None, prepared=load_prepared(path, version))
+    return PerspectiveSpace(**params).fit(load_prepared(path, version))
 
 
 @st.cache_data(max_entries=16, show_spinner="Running UMAP on the coordinates…")
@@ -217,7 +222,7 @@ def sidebar() -> None:
     except duckdb.Error as exc:
         with st.sidebar:
             alert("error", "Cannot open the store; back to the demo store.", f"{path}: {exc}")
-        st.session_state["store_path"] = str(DEMO_PATH)
+        st.session_state["store_path"] = str(demo_path())
         return
     summary = store_summary(path, store.version)
     with st.sidebar:
@@ -242,7 +247,7 @@ def sidebar() -> None:
             if opened:
                 _open_from_sidebar(target)
             if not is_demo(path) and st.button("Back to the demo store"):
-                switch_store(str(DEMO_PATH))
+                switch_store(str(demo_path()))
                 st.rerun()
 
 

@@ -1,0 +1,144 @@
+"""Uploaded files to canonical records: importer detection, zip extraction, one ingest's worth.
+
+Plain Python (no streamlit), so the Data page's upload path is tested without a browser.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pkps_core.importers import load
+from pkps_core.records import RecordsError, validate_records
+
+UPLOAD_TYPES = ("csv", "tsv", "parquet", "pq", "json", "jsonl", "gz", "zip")
+MAX_ZIP_BYTES = 2 * 1024**3
+_KEYS = ["model", "task", "query_id"]
+
+
+@dataclass
+class UploadResult:
+    """Records read from one or more uploaded files, ready for one ingest.
+
+    Attributes
+    ----------
+    records : DataFrame
+        Validated canonical records of every file, concatenated.
+    source : str
+        Label for the ingest (the file names).
+    per_file : DataFrame
+        One row per file: name, format(s), rows.
+    skipped, warnings : list of str
+        What the importers left out and why, and what they flagged, prefixed by file.
+    """
+
+    records: pd.DataFrame
+    source: str
+    per_file: pd.DataFrame
+    skipped: list[str]
+    warnings: list[str]
+
+
+def _safe_name(name: str) -> str:
+    """The last path component of an uploaded name (never a path into the file system)."""
+    base = Path(name.replace("\\", "/")).name.strip()
+    if base in ("", ".", ".."):
+        raise RecordsError(f"uploaded file name {name!r} is not a file name")
+    return base
+
+
+def _extract_zip(data: bytes, folder: Path) -> Path:
+    """Extract an uploaded zip archive under ``folder`` without leaving it."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        total = sum(info.file_size for info in archive.infolist())
+        if total > MAX_ZIP_BYTES:
+            raise RecordsError(
+                f"the archive expands to {total / 1024**3:.1f} GiB, more than the "
+                f"{MAX_ZIP_BYTES / 1024**3:.0f} GiB allowed; upload its files directly"
+            )
+        root = folder.resolve()
+        for info in archive.infolist():
+            target = (folder / info.filename).resolve()
+            if not target.is_relative_to(root):
+                raise RecordsError(f"the archive entry {info.filename!r} points outside it")
+        archive.extractall(folder)
+    return folder
+
+
+def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
+    """Import uploaded files (canonical CSV/Parquet or any importer format) in memory.
+
+    Each file is written to a private temporary folder under its own base name and read
+    with :func:`pkps_core.importers.load` (format detected from the name and content); a
+    ``.zip`` is extracted and imported as a folder (HELM runs, AlpacaEval ``results/``).
+    Nothing is stored: the caller ingests :attr:`UploadResult.records` in one transaction.
+
+    Parameters
+    ----------
+    files : sequence of (name, bytes)
+
+    Returns
+    -------
+    UploadResult
+
+    Raises
+    ------
+    RecordsError
+        A file cannot be read or breaks the schema (the message starts with the file
+        name), two files share a name, or two files hold the same (model, task, query_id).
+    """
+    if not files:
+        raise RecordsError("no files uploaded")
+    names = [_safe_name(name) for name, _ in files]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise RecordsError(f"two uploads are named {repeated[0]!r}; upload each file once")
+    frames, rows, skipped, warnings = [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="pkps-upload-") as tmp:
+        for name, (_, data) in zip(names, files, strict=True):
+            unit = Path(tmp) / name
+            try:
+                if name.lower().endswith(".zip"):
+                    result = load(_extract_zip(data, Path(tmp) / f"{name}.d"))
+                else:
+                    unit.write_bytes(data)
+                    result = load(unit)
+            except (RecordsError, zipfile.BadZipFile) as exc:
+                raise RecordsError(f"{name}: {exc}") from None
+            frames.append(result.records.assign(_file=name))
+            rows.append(
+                {
+                    "file": name,
+                    "format": ", ".join(sorted(result.formats)),
+                    "rows": len(result.records),
+                    "models": result.records["model"].nunique(),
+                    "tasks": result.records["task"].nunique(),
+                }
+            )
+            skipped += [f"{name}: {line}" for line in result.skipped]
+            warnings += [f"{name}: {line}" for line in result.warnings]
+    combined = pd.concat(frames, ignore_index=True)
+    _check_cross_file_duplicates(combined)
+    records = validate_records(combined.drop(columns="_file"))
+    source = ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} more"
+    return UploadResult(records, source, pd.DataFrame(rows), skipped, warnings)
+
+
+def _check_cross_file_duplicates(combined: pd.DataFrame) -> None:
+    duplicated = combined.duplicated(_KEYS, keep=False)
+    if not duplicated.any():
+        return
+    first = combined.loc[duplicated, [*_KEYS, "_file"]]
+    key = tuple(first.iloc[0][_KEYS])
+    files = first[(first[_KEYS] == pd.Series(key, index=_KEYS)).all(axis=1)]["_file"].unique()
+    raise RecordsError(
+        f"(model, task, query_id) {key} appears in {' and '.join(files)} "
+        f"({int(duplicated.sum())} rows repeat across files); upload one version of each "
+        "response"
+    )

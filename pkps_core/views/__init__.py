@@ -1,0 +1,61 @@
+"""Data shaping for the app's pages, one module per page; plain pandas/numpy (no streamlit).
+
+``from pkps_core import views; views.model_table(...)`` reaches every name; uploads live in
+:mod:`pkps_core.uploads`.
+"""
+
+from pkps_core.views.data import (
+    MODEL_ORDERS,
+    coverage_matrix,
+    family_coverage,
+    family_pairedness,
+    model_order,
+    model_table,
+    paginate,
+    pairedness_matrix,
+)
+from pkps_core.views.predictions import (
+    cell_overview,
+    error_bar_frame,
+    export_bytes,
+    interval_table,
+    mae_table,
+    per_task_mae,
+    prediction_export,
+)
+from pkps_core.views.space import (
+    SpaceSummary,
+    coordinates_export,
+    nearest_neighbours,
+    scatter_frame,
+    selected_models,
+    similar_query_responses,
+    summarize_space,
+    umap_2d,
+)
+
+__all__ = [
+    "MODEL_ORDERS",
+    "SpaceSummary",
+    "cell_overview",
+    "coordinates_export",
+    "coverage_matrix",
+    "error_bar_frame",
+    "export_bytes",
+    "family_coverage",
+    "family_pairedness",
+    "interval_table",
+    "mae_table",
+    "model_order",
+    "model_table",
+    "nearest_neighbours",
+    "paginate",
+    "pairedness_matrix",
+    "per_task_mae",
+    "prediction_export",
+    "scatter_frame",
+    "selected_models",
+    "similar_query_responses",
+    "summarize_space",
+    "umap_2d",
+]

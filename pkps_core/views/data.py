@@ -1,0 +1,108 @@
+"""The Data page's tables: model summary and order, paging, coverage and pairedness matrices."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+MODEL_ORDERS = ("model", "family", "score")
+
+
+def model_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per model: family, tasks covered, responses, mean sample score and reference.
+
+    ``cells`` is :func:`pkps_core.records.cell_table` output (one row per observed cell).
+    """
+    return (
+        cells.groupby("model", sort=True)
+        .agg(
+            family=("family", "first"),
+            tasks=("task", "nunique"),
+            responses=("n_responses", "sum"),
+            mean_sample_score=("sample_score", "mean"),
+            mean_reference=("reference", "mean"),
+        )
+        .reset_index()
+    )
+
+
+def model_order(cells: pd.DataFrame, by: str = "model", task: str | None = None) -> list[str]:
+    """Models ordered by name, by family (then name), or by score (best first).
+
+    The score is the mean sample score over the model's cells, or its sample score in
+    ``task`` when given (models without a scored response there come last).
+    """
+    if by not in MODEL_ORDERS:
+        raise ValueError(f"order must be one of {MODEL_ORDERS}, got {by!r}")
+    table = model_table(cells)
+    if by == "model":
+        return table["model"].tolist()
+    if by == "family":
+        return table.sort_values(["family", "model"], kind="stable")["model"].tolist()
+    scores = table.set_index("model")["mean_sample_score"]
+    if task is not None:
+        in_task = cells[cells["task"] == task].set_index("model")["sample_score"]
+        scores = in_task.reindex(scores.index)
+    ranked = pd.DataFrame({"model": scores.index, "score": scores.to_numpy()})
+    ranked = ranked.sort_values(["score", "model"], ascending=[False, True], na_position="last")
+    return ranked["model"].tolist()
+
+
+def paginate(items: Sequence, page: int, per_page: int) -> tuple[list, int]:
+    """Items of 1-based ``page`` (clipped to the valid range) and the number of pages."""
+    n_pages = max(1, math.ceil(len(items) / per_page))
+    page = min(max(int(page), 1), n_pages)
+    start = (page - 1) * per_page
+    return list(items[start : start + per_page]), n_pages
+
+
+def coverage_matrix(
+    cells: pd.DataFrame, models: Sequence[str], tasks: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Responses per (model, task) as a models × tasks frame; NaN marks a missing cell."""
+    tasks = sorted(cells["task"].unique()) if tasks is None else list(tasks)
+    matrix = cells.pivot_table(
+        index="model", columns="task", values="n_responses", aggfunc="sum", sort=True
+    )
+    return matrix.reindex(index=list(models), columns=tasks).astype(float)
+
+
+def family_coverage(cells: pd.DataFrame, tasks: Sequence[str] | None = None) -> pd.DataFrame:
+    """Fraction of each family's models with responses in each task (families × tasks).
+
+    The aggregate view of :func:`coverage_matrix` for stores too large to show per model;
+    0 means no model of the family answered anything in that task.
+    """
+    tasks = sorted(cells["task"].unique()) if tasks is None else list(tasks)
+    sizes = cells.groupby("family")["model"].nunique()
+    observed = cells.groupby(["family", "task"])["model"].nunique().unstack("task")
+    fraction = observed.div(sizes, axis=0).reindex(columns=tasks).fillna(0.0)
+    return fraction.sort_index()
+
+
+def pairedness_matrix(
+    pairs: pd.DataFrame, rows: Sequence[str], columns: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """ρ (fraction of the row model's queries the column model also answered).
+
+    ``pairs`` is :meth:`pkps_core.store.Store.pairedness` output. Models absent from it
+    (no responses in the selected task) give NaN rows/columns.
+    """
+    columns = list(rows) if columns is None else list(columns)
+    matrix = pairs.pivot(index="model_a", columns="model_b", values="rho")
+    return matrix.reindex(index=list(rows), columns=columns).astype(float)
+
+
+def family_pairedness(pairs: pd.DataFrame, family_of: pd.Series) -> pd.DataFrame:
+    """Mean ρ between the models of two families (families × families), self-pairs left out."""
+    frame = pairs[pairs["model_a"] != pairs["model_b"]].assign(
+        family_a=lambda f: f["model_a"].map(family_of),
+        family_b=lambda f: f["model_b"].map(family_of),
+    )
+    matrix = frame.pivot_table(
+        index="family_a", columns="family_b", values="rho", aggfunc="mean", sort=True
+    )
+    families = sorted(set(family_of.loc[family_of.index.isin(pairs["model_a"])]))
+    return matrix.reindex(index=families, columns=families)

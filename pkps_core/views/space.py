@@ -1,0 +1,261 @@
+"""The Perspective space page's data: space summaries, scatter frames, UMAP, neighbours,
+responses to similar queries, coordinate exports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class SpaceSummary:
+    """What the app shows of a fitted :class:`~pkps_core.space.PerspectiveSpace`.
+
+    Small and picklable (no cache, no kernel sums), so it can be cached by value.
+    """
+
+    coordinates: pd.DataFrame
+    distance: np.ndarray
+    query_kernel: str
+    query_bandwidth: float
+    median_query_distance: float
+    bandwidth_grid: np.ndarray
+    cv_errors: np.ndarray
+    affinity_path: str
+    eigenvalues: np.ndarray
+
+    @property
+    def models(self) -> np.ndarray:
+        return self.coordinates["model"].to_numpy(dtype=str)
+
+    def cv_curve(self) -> pd.DataFrame:
+        """Bandwidth grid against the leave-one-model-out KNN error (NaN-free rows)."""
+        scale = self.median_query_distance
+        frame = pd.DataFrame(
+            {
+                "bandwidth": self.bandwidth_grid,
+                "multiple_of_median": self.bandwidth_grid / scale
+                if scale and np.isfinite(scale)
+                else np.nan,
+                "cv_error": self.cv_errors,
+            }
+        )
+        frame["chosen"] = np.isclose(frame["bandwidth"], self.query_bandwidth)
+        return frame.dropna(subset=["cv_error"])
+
+
+def summarize_space(space) -> SpaceSummary:
+    """The displayable part of a fitted perspective space."""
+    return SpaceSummary(
+        coordinates=space.coordinates(),
+        distance=np.asarray(space.distance_matrix_, dtype=float),
+        query_kernel=space.query_kernel,
+        query_bandwidth=float(space.query_bandwidth_),
+        median_query_distance=float(space.median_query_distance_),
+        bandwidth_grid=np.asarray(space.bandwidth_grid_, dtype=float),
+        cv_errors=np.asarray(space.cv_errors_, dtype=float),
+        affinity_path=str(space.affinity_path_),
+        eigenvalues=np.asarray(space.eigenvalues_, dtype=float),
+    )
+
+
+def umap_2d(coordinates: np.ndarray, random_state: int = 0) -> np.ndarray:
+    """UMAP of the d-dimensional coordinates to 2-D (needs the optional ``umap-learn``).
+
+    Raises
+    ------
+    ImportError
+        umap-learn is not installed.
+    """
+    import umap  # optional dependency: imported only when the UMAP view is asked for
+
+    n = len(coordinates)
+    if n < 4:
+        return np.asarray(coordinates, dtype=float)[:, :2]
+    reducer = umap.UMAP(
+        n_components=2,
+        n_neighbors=min(15, n - 1),
+        random_state=random_state,
+        init="random",
+        n_jobs=1,
+    )
+    return reducer.fit_transform(np.asarray(coordinates, dtype=float))
+
+
+def scatter_frame(
+    summary: SpaceSummary, cells: pd.DataFrame, task: str, xy: np.ndarray | None = None
+) -> pd.DataFrame:
+    """One row per model: 2-D position, family, score in ``task``, responses there and overall.
+
+    ``score`` is the cell's reference (its trusted full-task score, else the sample score);
+    NaN where the model has no responses in ``task``. ``xy`` defaults to the first two
+    MDS axes.
+    """
+    coordinates = summary.coordinates
+    if xy is None:
+        dims = [c for c in coordinates.columns if c.startswith("dim_")]
+        xy = (
+            coordinates[dims[:2]].to_numpy()
+            if len(dims) >= 2
+            else np.c_[coordinates[dims[0]].to_numpy(), np.zeros(len(coordinates))]
+        )
+    in_task = cells[cells["task"] == task].set_index("model")
+    frame = pd.DataFrame(
+        {
+            "model": coordinates["model"],
+            "family": coordinates["family"],
+            "x": xy[:, 0],
+            "y": xy[:, 1],
+            "score": coordinates["model"].map(in_task["reference"]),
+            "sample_score": coordinates["model"].map(in_task["sample_score"]),
+            "task_responses": coordinates["model"].map(in_task["n_responses"]).fillna(0),
+            "responses": coordinates["n_responses"],
+        }
+    )
+    frame["task_responses"] = frame["task_responses"].astype(int)
+    return frame
+
+
+def selected_models(*selections: object) -> list[str]:
+    """Model ids of the points in Plotly selection states (through ``customdata[0]``).
+
+    Accepts the ``event.selection`` mappings returned by ``st.plotly_chart(...,
+    on_select="rerun")``; points without customdata (e.g. a reference line) are ignored.
+    """
+    chosen: list[str] = []
+    for selection in selections:
+        if not selection:
+            continue
+        for point in selection.get("points", []) or []:
+            custom = point.get("customdata")
+            if isinstance(custom, list | tuple) and custom:
+                model = str(custom[0])
+            elif isinstance(custom, str):
+                model = custom
+            else:
+                continue
+            if model not in chosen:
+                chosen.append(model)
+    return chosen
+
+
+def nearest_neighbours(
+    distance: np.ndarray, models: Sequence[str], selected: Sequence[str], k: int = 5
+) -> pd.DataFrame:
+    """The ``k`` nearest other models of each selected model in the space.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``model, rank, neighbour, distance`` (rank 1 = nearest), ties broken by
+        name.
+    """
+    models = np.asarray(models, dtype=str)
+    position = {m: i for i, m in enumerate(models)}
+    rows = []
+    for model in selected:
+        if model not in position:
+            continue
+        i = position[model]
+        others = np.array([j for j in range(len(models)) if j != i], dtype=int)
+        order = np.lexsort((models[others], distance[i, others]))[:k]
+        for rank, j in enumerate(others[order], start=1):
+            rows.append(
+                {
+                    "model": model,
+                    "rank": rank,
+                    "neighbour": models[j],
+                    "distance": float(distance[i, j]),
+                }
+            )
+    return pd.DataFrame(rows, columns=["model", "rank", "neighbour", "distance"])
+
+
+def _unit_rows(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms > 0, norms, 1.0)
+
+
+def similar_query_responses(
+    records: pd.DataFrame, model: str, others: Sequence[str], n: int = 3
+) -> pd.DataFrame:
+    """A few responses of ``model`` next to other models' responses to similar queries.
+
+    For every query of ``model`` the most similar query each other model answered is
+    found — by cosine similarity of query embeddings where the records carry them (the
+    RBF kernel's view), otherwise only the identical (task, query_id) (the delta
+    kernel's). The ``n`` most similar pairs per other model are returned.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``neighbour, similarity, task, query, response, score, neighbour_task,
+        neighbour_query, neighbour_response, neighbour_score``.
+    """
+    columns = [
+        "neighbour",
+        "similarity",
+        "task",
+        "query",
+        "response",
+        "score",
+        "neighbour_task",
+        "neighbour_query",
+        "neighbour_response",
+        "neighbour_score",
+    ]
+    frame = records.reset_index(drop=True)
+    for column in ("query", "response", "score"):
+        if column not in frame.columns:
+            frame[column] = None if column != "score" else np.nan
+    own = frame[frame["model"] == model]
+    if own.empty:
+        return pd.DataFrame(columns=columns)
+    has_vectors = "query_embedding" in frame.columns
+    own_vectors = _unit_rows(np.vstack(own["query_embedding"].tolist())) if has_vectors else None
+    out = []
+    for other in others:
+        theirs = frame[frame["model"] == other]
+        if theirs.empty or other == model:
+            continue
+        if has_vectors:
+            similarity = own_vectors @ _unit_rows(np.vstack(theirs["query_embedding"].tolist())).T
+            best = similarity.argmax(axis=1)
+            best_similarity = similarity[np.arange(len(own)), best]
+        else:
+            key_of = {
+                k: j for j, k in enumerate(zip(theirs["task"], theirs["query_id"], strict=True))
+            }
+            match = [key_of.get(k, -1) for k in zip(own["task"], own["query_id"], strict=True)]
+            best = np.maximum(np.asarray(match, dtype=int), 0)
+            best_similarity = np.where(np.asarray(match) >= 0, 1.0, np.nan)
+        ranked = np.argsort(-np.nan_to_num(best_similarity, nan=-np.inf), kind="stable")[:n]
+        for i in ranked:
+            if not np.isfinite(best_similarity[i]):
+                continue
+            mine, match_row = own.iloc[i], theirs.iloc[best[i]]
+            out.append(
+                {
+                    "neighbour": other,
+                    "similarity": float(best_similarity[i]),
+                    "task": mine["task"],
+                    "query": mine["query"],
+                    "response": mine["response"],
+                    "score": mine["score"],
+                    "neighbour_task": match_row["task"],
+                    "neighbour_query": match_row["query"],
+                    "neighbour_response": match_row["response"],
+                    "neighbour_score": match_row["score"],
+                }
+            )
+    return pd.DataFrame(out, columns=columns)
+
+
+def coordinates_export(summaries: dict[str, SpaceSummary]) -> pd.DataFrame:
+    """Model coordinates of several spaces in one long frame (``space`` first column)."""
+    frames = [s.coordinates.assign(space=name) for name, s in summaries.items()]
+    combined = pd.concat(frames, ignore_index=True)
+    return combined[["space", *[c for c in combined.columns if c != "space"]]]
