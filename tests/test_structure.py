@@ -20,7 +20,7 @@ MAX_LINES = 500
 # methods → trust → predict → protocols → views → pages). Same-layer imports are allowed.
 LAYERS = [
     {"records"},
-    {"embed", "synthetic"},
+    {"embed", "synthetic", "itemsim"},
     {"store", "importers"},
     {"space"},
     {"methods"},
