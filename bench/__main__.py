@@ -1,7 +1,7 @@
 """``python -m bench``: the performance table of the affinity / perspective-space path.
 
 Each (size, pairing) runs in its own process (``bench.run_one``) with BLAS threads pinned
-(the affinity work runs on as many worker threads of ``pkps_core.kernels`` as BLAS may use,
+(the affinity work runs on as many worker threads of each fit's own pool as BLAS may use,
 with BLAS itself on one thread meanwhile), so peak memory is per configuration. Options:
 ``--sizes S,M,L,XL``, ``--pairings paired,unpaired``, ``--repeats N``, ``--no-check`` (skip
 the exact-path comparisons).

@@ -14,9 +14,9 @@ import time
 import numpy as np
 
 from bench.caches import make_bench_records
-from pkps_core import kernels
 from pkps_core.records import validate_records
-from pkps_core.space import PerspectiveSpace, prepare_cache
+from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
+from pkps_core.space.sums import kernel_sums
 
 
 def _median_time(fn, repeats):
@@ -47,19 +47,15 @@ def main() -> None:
     prepared = prepare_cache(validate_records(base), validated=True)
     prep_seconds = time.perf_counter() - start
 
-    probe = PerspectiveSpace(query_bandwidth="median").fit(None, prepared=prepared)  # warm-up
+    probe = PerspectiveSpace(query_bandwidth="median").fit(prepared)  # warm-up
     scale = probe.median_query_distance_
 
     one_seconds, _ = _median_time(
-        lambda: PerspectiveSpace(query_bandwidth=scale, bandwidth_scale=scale).fit(
-            None, prepared=prepared
-        ),
+        lambda: PerspectiveSpace(query_bandwidth=scale, bandwidth_scale=scale).fit(prepared),
         args.repeats,
     )
     cv_seconds, space = _median_time(
-        lambda: PerspectiveSpace(query_bandwidth="cv", bandwidth_scale=scale).fit(
-            None, prepared=prepared
-        ),
+        lambda: PerspectiveSpace(query_bandwidth="cv", bandwidth_scale=scale).fit(prepared),
         args.repeats,
     )
     paths = [r.path + (f"(r={r.rank})" if r.rank else "") for r in space.affinity_reports_]
@@ -70,15 +66,13 @@ def main() -> None:
     update_seconds, _ = _median_time(
         lambda: (
             PerspectiveSpace(query_bandwidth="cv", bandwidth_scale=scale)
-            .fit(None, prepared=prepared)
+            .fit(prepared)
             .update(added)
         ),
         1,
     )
     fit_only, _ = _median_time(
-        lambda: PerspectiveSpace(query_bandwidth="cv", bandwidth_scale=scale).fit(
-            None, prepared=prepared
-        ),
+        lambda: PerspectiveSpace(query_bandwidth="cv", bandwidth_scale=scale).fit(prepared),
         1,
     )
     update_seconds = max(update_seconds - fit_only, 0.0)
@@ -101,7 +95,7 @@ def main() -> None:
     if args.check_exact:
         exact = PerspectiveSpace(
             query_bandwidth="cv", bandwidth_scale=scale, affinity_method="exact"
-        ).fit(None, prepared=prepared)
+        ).fit(prepared)
         row["error_vs_exact"] = max(
             _rel_error(
                 kernels.distance_from_affinity(kernels.affinity_from_sums(a)[0])[0],
@@ -116,7 +110,7 @@ def main() -> None:
             query_sq = kernels.squared_distances(exact.query_vectors_)
             for sigma, fast in zip(exact.bandwidth_grid_, exact.kernel_sums_, strict=True):
                 qk = kernels.query_kernel_matrix(query_sq, sigma)
-                slow = kernels.kernel_sums(
+                slow = kernel_sums(
                     prepared.layout, exact.features_, qk, "linear", method="pairwise"
                 )
                 worst = max(

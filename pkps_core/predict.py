@@ -1,23 +1,31 @@
-"""Predict every (model, task) cell with the sample score, DKPS and PKPS.
+"""Predict every (model, task) cell: the methods, then the trust columns, as one frame.
 
-Each method is a function of a :class:`PredictionContext` returning a models × tasks array
-of predictions (NaN where it does not apply, with a reason). Methods register in
-:data:`METHODS`, so baselines plug in without touching the pipeline.
+The composition root of the library: :mod:`pkps_core.methods` computes each method's
+models × tasks grid, :mod:`pkps_core.trust` its intervals and warnings, and :func:`predict`
+lays them out as one row per (model, task, method).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from pkps_core.baselines import BASELINE_METHODS, whitened_knn_completion
-from pkps_core.knn import _cell_matrix, knn_grid_predictions
+from pkps_core.methods import HOLDOUTS, METHODS, MethodResult, PredictionContext
 from pkps_core.records import RecordsError, validate_records
-from pkps_core.space import PerspectiveSpace, PreparedCache, prepare_cache
+from pkps_core.space import prepare_cache
+from pkps_core.trust import trust_columns
+
+__all__ = [
+    "METHODS",
+    "OUTPUT_COLUMNS",
+    "MethodResult",
+    "PredictionContext",
+    "build_context",
+    "mean_absolute_error",
+    "predict",
+]
 
 OUTPUT_COLUMNS = (
     "model",
@@ -35,125 +43,6 @@ OUTPUT_COLUMNS = (
 )
 
 
-@dataclass
-class MethodResult:
-    """A method's predictions on the models × tasks grid, with per-cell notes."""
-
-    prediction: np.ndarray
-    notes: np.ndarray | None = None
-
-
-@dataclass
-class PredictionContext:
-    """Everything a prediction method may use, computed once and shared.
-
-    Attributes
-    ----------
-    records : DataFrame
-        The validated canonical records.
-    prepared : PreparedCache
-    holdout : {"model", "family"}
-    targets : ndarray of bool (n_models,)
-        Models treated as new: their cells never serve as references.
-    space_params : dict
-        Parameters of the PKPS estimator (DKPS uses the same with the delta kernel).
-    n_neighbors : int
-        K of the per-task KNN regression.
-    """
-
-    records: pd.DataFrame
-    prepared: PreparedCache
-    holdout: str = "model"
-    targets: np.ndarray | None = None
-    space_params: dict = field(default_factory=dict)
-    n_neighbors: int = 5
-
-    @property
-    def models(self) -> np.ndarray:
-        return self.prepared.models
-
-    @property
-    def families(self) -> np.ndarray:
-        return self.prepared.families
-
-    @property
-    def tasks(self) -> np.ndarray:
-        return self.prepared.tasks
-
-    @cached_property
-    def sample(self) -> np.ndarray:
-        """Sample score per cell (NaN: no scored response)."""
-        return _cell_matrix(self.prepared.cells, self.models, self.tasks, "sample_score")
-
-    @cached_property
-    def n_responses(self) -> np.ndarray:
-        counts = _cell_matrix(self.prepared.cells, self.models, self.tasks, "n_responses")
-        return np.nan_to_num(counts).astype(int)
-
-    @cached_property
-    def reference_score(self) -> np.ndarray:
-        return _cell_matrix(self.prepared.cells, self.models, self.tasks, "reference_score")
-
-    @cached_property
-    def training_references(self) -> np.ndarray:
-        """References usable for training: target models' cells removed."""
-        references = _cell_matrix(self.prepared.cells, self.models, self.tasks, "reference")
-        if self.targets is not None:
-            references[self.targets] = np.nan
-        return references
-
-    @cached_property
-    def pkps(self) -> PerspectiveSpace:
-        params = {**self.space_params, "query_kernel": "rbf"}
-        return PerspectiveSpace(**params).fit(None, prepared=self.prepared)
-
-    @cached_property
-    def dkps(self) -> PerspectiveSpace:
-        params = {**self.space_params, "query_kernel": "delta"}
-        return PerspectiveSpace(**params).fit(None, prepared=self.prepared)
-
-    def knn(self, space: PerspectiveSpace) -> np.ndarray:
-        return knn_grid_predictions(
-            space.embedding_,
-            self.models,
-            self.families,
-            self.tasks,
-            self.training_references,
-            holdout=self.holdout,
-            targets=self.targets,
-            k=self.n_neighbors,
-        )
-
-
-def _sample(context: PredictionContext) -> MethodResult:
-    notes = np.where(np.isnan(context.sample), "no scored responses in this cell", "")
-    return MethodResult(context.sample.copy(), notes)
-
-
-def _space_method(name: str) -> Callable[[PredictionContext], MethodResult]:
-    def run(context: PredictionContext) -> MethodResult:
-        space = getattr(context, name)
-        prediction = context.knn(space)
-        # Cells with no responses: KNN on whitened residuals (PKPS appendix "Regressor").
-        missing = context.n_responses == 0
-        if missing.any():
-            completed = whitened_knn_completion(context, space.embedding_)
-            prediction = np.where(missing, completed, prediction)
-        notes = np.where(np.isnan(prediction), "no reference model for this task", "")
-        return MethodResult(prediction, notes)
-
-    run.__name__ = name
-    return run
-
-
-METHODS: dict[str, Callable[[PredictionContext], MethodResult]] = {
-    "sample": _sample,
-    "dkps": _space_method("dkps"),
-    "pkps": _space_method("pkps"),
-}
-METHODS.update(BASELINE_METHODS)
-
-
 def build_context(
     records: pd.DataFrame,
     *,
@@ -164,7 +53,7 @@ def build_context(
     embedder=None,
 ) -> PredictionContext:
     """Validate records and assemble the shared :class:`PredictionContext`."""
-    if holdout not in ("model", "family"):
+    if holdout not in HOLDOUTS:
         raise ValueError(f"holdout must be 'model' or 'family', got {holdout!r}")
     frame = validate_records(records)
     prepared = prepare_cache(frame, embedder, validated=True)
@@ -261,8 +150,6 @@ def predict(
                 "extrapolation_reason": np.full((n_models, n_tasks), "", dtype=object),
             }
         else:
-            from pkps_core.trust import trust_columns
-
             trust = trust_columns(context, name, result.prediction, intervals)
         frames.append(
             pd.DataFrame(

@@ -1,7 +1,7 @@
 """A slow, obviously-correct implementation of PKPS Eq. (1): the test oracle.
 
 Loops over model pairs and over every pair of their responses, exactly as the equation
-is written. Used only to check the fast paths in :mod:`pkps_core.kernels`.
+is written. Used only to check the fast paths in :mod:`pkps_core.space.sums`.
 """
 
 import numpy as np

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from pkps_core import kernels
-from pkps_core.affinity import AffinityEngine, increment_sums, sample_exact_sums
 from pkps_core.records import RecordsError
-from pkps_core.space import PerspectiveSpace
+from pkps_core.space import PerspectiveSpace, kernels
+from pkps_core.space.affinity import AffinityEngine, _rank_path_sums, sample_exact_sums
+from pkps_core.space.increments import increment_sums
 from pkps_core.synthetic import make_synthetic
 
 
@@ -191,14 +191,12 @@ def test_rbf_kernel_has_no_subnormal_values():
 def test_nystrom_bound_holds(rank, self_pairs):
     # the certificate the Nyström path may use instead of a sampled check must cover the
     # true change of D, also for ranks far too low to pass the tolerance
-    from pkps_core.affinity import _rank_path_sums
-
     layout, features, queries = _many_query_cache()
     sq = kernels.squared_distances(queries)
     wide = 2.0 * float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
     engine = AffinityEngine(layout, features, queries)
     factor = engine._nystrom_factor(wide, rank)
-    approx = engine._wrap(*_rank_path_sums(layout, engine.features, factor))
+    approx = engine._wrap(*_rank_path_sums(layout, engine.features, factor, engine.pool))
     exact = engine._wrap(*engine.factorized(kernels.rbf_from_squared(sq, wide)))
     bound = engine.nystrom_bound(approx, factor, self_pairs)
     d_exact, d_approx = _distance(exact, self_pairs), _distance(approx, self_pairs)

@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import oracle_affinity
 
-from pkps_core import kernels
+from pkps_core.space import kernels, runtime
+from pkps_core.space import sums as sums_module
+from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, FactorizedSums, kernel_sums
 
 
 def _layout(model_idx, query_ids):
@@ -65,8 +67,8 @@ def test_fast_paths_equal_oracle(cache, query_kernel, response_kernel, self_pair
     query_k = None if query_kernel == "delta" else kernels.query_kernel_matrix(sq, bandwidth)
     methods = ["pairwise"] + (["factorized"] if response_kernel != "rbf" else [])
     for method in methods:
-        for block_bytes in (64, kernels.DEFAULT_BLOCK_BYTES):  # tiny blocks exercise the loop
-            sums = kernels.kernel_sums(
+        for block_bytes in (64, DEFAULT_BLOCK_BYTES):  # tiny blocks exercise the loop
+            sums = kernel_sums(
                 layout,
                 responses[order],
                 query_k,
@@ -101,7 +103,7 @@ def _paired_cache(seed, n_models=6, m=7, p=5):
 def test_delta_kernel_on_paired_data_is_classic_dkps():
     X, layout = _paired_cache(0)
     n, m, _ = X.shape
-    sums = kernels.kernel_sums(layout, X.reshape(n * m, -1), None, "linear")
+    sums = kernel_sums(layout, X.reshape(n * m, -1), None, "linear")
     affinity, _ = kernels.affinity_from_sums(sums, "include")
     distance, undefined = kernels.distance_from_affinity(affinity)
     classic = np.array(
@@ -125,7 +127,7 @@ def test_permuting_models_permutes_distance():
         qk = kernels.query_kernel_matrix(
             kernels.squared_distances(queries[order].reshape(n * m, 2)), 0.8
         )
-        sums = kernels.kernel_sums(layout, X[order].reshape(n * m, p), qk, "linear")
+        sums = kernel_sums(layout, X[order].reshape(n * m, p), qk, "linear")
         return kernels.distance_from_affinity(kernels.affinity_from_sums(sums)[0])[0]
 
     base, permuted = distance(np.arange(n)), distance(perm)
@@ -148,7 +150,7 @@ def test_duplicated_model_has_zero_distance(response_kernel):
     unique = np.zeros((codes.max() + 1, 2))
     unique[codes] = q.reshape(-1, 2)
     qk = kernels.query_kernel_matrix(kernels.squared_distances(unique), 0.5)
-    sums = kernels.kernel_sums(layout, X.reshape(4 * m, p), qk, response_kernel, 1.0)
+    sums = kernel_sums(layout, X.reshape(4 * m, p), qk, response_kernel, 1.0)
     distance, _ = kernels.distance_from_affinity(kernels.affinity_from_sums(sums, "include")[0])
     assert distance[1, 3] == pytest.approx(0.0, abs=1e-6)
     assert distance[0, 1] > 1e-3
@@ -167,13 +169,13 @@ def test_rbf_query_kernel_approaches_delta_as_bandwidth_shrinks():
     X = rng.standard_normal((len(model_idx), p))
     sq = kernels.squared_distances(rng.standard_normal((pool, 4)))
     delta = kernels.distance_from_affinity(
-        kernels.affinity_from_sums(kernels.kernel_sums(layout, X, None))[0]
+        kernels.affinity_from_sums(kernel_sums(layout, X, None))[0]
     )[0]
     gaps = []
     for sigma in (1.0, 0.3, 0.1, 0.03):
         d = kernels.distance_from_affinity(
             kernels.affinity_from_sums(
-                kernels.kernel_sums(layout, X, kernels.query_kernel_matrix(sq, sigma))
+                kernel_sums(layout, X, kernels.query_kernel_matrix(sq, sigma))
             )[0]
         )[0]
         gaps.append(np.abs(d - delta).max())
@@ -188,7 +190,7 @@ def test_pairs_without_kernel_mass_are_imputed_and_counted():
     query_idx = np.array([0, 1, 2, 3, 4])
     layout = kernels.ResponseLayout.build(model_idx, query_idx, 3, 5)
     X = np.random.default_rng(4).standard_normal((5, 2))
-    affinity, _ = kernels.affinity_from_sums(kernels.kernel_sums(layout, X, None))
+    affinity, _ = kernels.affinity_from_sums(kernel_sums(layout, X, None))
     assert np.isnan(affinity[0, 1]) and np.isfinite(affinity[0, 0])
     distance, undefined = kernels.distance_from_affinity(affinity)
     assert undefined == 3
@@ -220,18 +222,18 @@ def _mixed_cache(seed, n_models=7, n_queries=40, p=6):
 
 
 @pytest.mark.parametrize("cache_left", [True, False])
-@pytest.mark.parametrize("block_bytes", [200, 5_000, kernels.DEFAULT_BLOCK_BYTES])
+@pytest.mark.parametrize("block_bytes", [200, 5_000, DEFAULT_BLOCK_BYTES])
 def test_factorized_paths_agree_with_pairwise(monkeypatch, cache_left, block_bytes):
     """Gather, paired-dense and sparse transfers, query and model blocks, with and without
     the cached Y: every combination equals the pairwise sum of the same kernel."""
     if not cache_left:
-        monkeypatch.setattr(kernels, "LEFT_CACHE_BYTES", 0)
+        monkeypatch.setattr(sums_module, "y_cache_bytes", lambda: 0)
     layout, features, queries = _mixed_cache(5)
     sq = kernels.squared_distances(queries)
     dense = kernels.rbf_from_squared(sq, 0.8)
     truncated = np.where(dense >= 0.05, dense, 0.0)  # a kernel with many exact zeros
     assert 0.1 < (truncated > 0).mean() < 0.9
-    summer = kernels.FactorizedSums(layout, features, block_bytes)
+    summer = FactorizedSums(layout, features, block_bytes)
     for query_kernel in (dense, truncated, sp.csr_array(truncated), None):
         numerator, denominator = summer(query_kernel)
         reference = (
@@ -239,27 +241,31 @@ def test_factorized_paths_agree_with_pairwise(monkeypatch, cache_left, block_byt
             if query_kernel is None
             else np.asarray(query_kernel.todense() if sp.issparse(query_kernel) else query_kernel)
         )
-        slow = kernels.kernel_sums(layout, features, reference, "linear", method="pairwise")
+        slow = kernel_sums(layout, features, reference, "linear", method="pairwise")
         np.testing.assert_allclose(numerator, slow.numerator, rtol=1e-12, atol=1e-10)
         np.testing.assert_allclose(denominator, slow.denominator, rtol=1e-12, atol=1e-10)
     # the sparse and the dense product of the same truncated kernel agree to rounding
     np.testing.assert_allclose(summer(sp.csr_array(truncated))[0], summer(truncated)[0], atol=1e-10)
 
 
-def test_parallel_helpers_match_numpy_and_restore_blas_threads():
+def test_worker_pool_matches_numpy_and_restores_blas_threads():
     rng = np.random.default_rng(6)
     a, b = rng.standard_normal((9, 5000)), rng.standard_normal((4, 5000))
     c = rng.standard_normal((5000, 3))
-    before = kernels.blas_threads()
-    with kernels.worker_pool() as threads:
-        assert threads == before
-        assert kernels.blas_threads() == 1  # BLAS itself on one thread inside
-        with kernels.worker_pool() as nested:  # nesting keeps the outer count
-            assert nested == before
-        np.testing.assert_allclose(kernels.parallel_inner(a, b), a @ b.T, atol=1e-9)
-        np.testing.assert_allclose(kernels.parallel_matmul(b.T, a[:4, :3]), b.T @ a[:4, :3])
-        np.testing.assert_allclose(kernels.parallel_matmul(a, c), a @ c, atol=1e-9)
-    assert kernels.blas_threads() == before
+    before = runtime.blas_threads()
+    pool = runtime.WorkerPool(2)
+    with runtime.single_threaded_blas():
+        assert runtime._current_blas_threads() == 1  # BLAS itself on one thread inside
+        assert runtime.blas_threads() == before  # ... but the unlimited count is known
+        with runtime.single_threaded_blas():  # nested: the limit is only counted
+            assert runtime._current_blas_threads() == 1
+        assert runtime._current_blas_threads() == 1  # still limited for the outer caller
+        np.testing.assert_allclose(pool.inner(a, b), a @ b.T, atol=1e-9)
+        np.testing.assert_allclose(pool.matmul(b.T, a[:4, :3]), b.T @ a[:4, :3])
+        np.testing.assert_allclose(pool.matmul(a, c), a @ c, atol=1e-9)
+    assert runtime._current_blas_threads() == before
+    assert pool.map(lambda x: x * x, range(5)) == [0, 1, 4, 9, 16]
+    pool.close()
 
 
 def test_squared_distances_match_scipy():

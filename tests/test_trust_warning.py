@@ -8,6 +8,7 @@ from pkps_core import trust
 from pkps_core.predict import build_context, predict
 from pkps_core.protocols import full_scores, mask_split, prepare_records
 from pkps_core.synthetic import make_synthetic
+from pkps_core.trust.extrapolation import _nearest_reference
 
 SPACE = {"query_bandwidth": "median", "random_state": 0}
 
@@ -68,7 +69,7 @@ def test_thin_but_ordinary_targets_are_not_outside_the_region(thin_family_member
     # (Eq. 1 as written, no budget matching) the same targets look out of region.
     distances = context.pkps.distance_matrix_
     references = context.training_references
-    near = trust._nearest_reference(distances, references, trust._family_allowed(context))
+    near = _nearest_reference(distances, references, context.allowed("family"))
     own = np.where(np.isfinite(references), near, np.nan)  # the references' own
     unmatched = (near[targets] > np.nanmax(own, axis=0)[None, :]).any(axis=1)
     assert unmatched.sum() >= 3, unmatched

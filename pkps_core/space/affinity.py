@@ -1,11 +1,11 @@
-"""Choosing how to compute the kernel sums of Eq. (1), and updating them incrementally.
+"""Choosing how to compute the kernel sums of Eq. (1) for each bandwidth, with error bounds.
 
 :class:`AffinityEngine` owns one cache's responses and query vectors. Squared query
 distances are computed once and reused for every bandwidth. For each bandwidth it picks a
 path and reports it:
 
 ``exact``
-    The dense factorised sum of :func:`pkps_core.kernels.kernel_sums` (O(M^2) kernel values
+    The dense factorised sum of :mod:`pkps_core.space.sums` (O(M^2) kernel values
     plus O(M N p) flops).
 ``sparse``
     Narrow bandwidths, where all but a few per cent of the query-kernel entries are below
@@ -33,9 +33,8 @@ The sparse path is tried first (deciding it needs one pass over the squared dist
 then Nyström, then the exact path. Every report says which path ran and its error (0 for
 exact, else the bound or the measurement, ``SumsReport.error_kind``).
 
-All of it runs on the shared worker threads of :mod:`pkps_core.kernels` with BLAS itself on
-one thread (:func:`pkps_core.kernels.worker_pool`): as many workers as BLAS was allowed
-threads, never both kinds at once.
+Each engine runs its work on a :class:`~pkps_core.space.runtime.WorkerPool` of its own with
+BLAS on one thread meanwhile, so independent fits never wait for each other.
 
 Response kernels other than linear/cosine always take the exact pairwise path.
 """
@@ -47,7 +46,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from pkps_core import kernels
+from pkps_core.space import kernels
+from pkps_core.space.runtime import WorkerPool, single_threaded_blas
+from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, FactorizedSums, kernel_sums
 
 METHODS = ("auto", "exact", "sparse", "nystrom")
 SPARSE_THRESHOLD = 1e-16  # query-kernel entries below this are dropped on the sparse path
@@ -73,7 +74,7 @@ class SumsReport:
     error_kind: str = "exact"  # "exact" (error 0), "bound" (rigorous) or "measured" (sampled)
 
 
-def _rank_path_sums(layout, features, factor):
+def _rank_path_sums(layout, features, factor, pool: WorkerPool):
     """Low-rank query kernel ``Φ Φ^T``: exact diagonal restored afterwards."""
     n = layout.n_models
     p = features.shape[1]
@@ -87,10 +88,10 @@ def _rank_path_sums(layout, features, factor):
         lo, hi = bounds[model], bounds[model + 1]
         np.matmul(factor[layout.query_idx[lo:hi]].T, augmented[lo:hi], out=projected[model])
 
-    with kernels.worker_pool() as threads:
-        kernels.parallel_map(project, range(n), threads)
+    with single_threaded_blas():
+        pool.map(project, range(n))
         flat = projected[:, :, :p].reshape(n, rank * p)
-        numerator = kernels.parallel_inner(flat, flat)
+        numerator = pool.inner(flat, flat)
     mass = projected[:, :, p]
     denominator = mass @ mass.T
     # The pair of a response with itself has kQ = 1 exactly; Φ Φ^T only approximates it.
@@ -119,7 +120,8 @@ class AffinityEngine:
         ``"exact"`` forces the exact dense path for RBF query kernels; ``"sparse"`` tries
         the truncated kernel at any density (still only kept within its bound).
     tol : float
-        Largest accepted measured relative error of D for the Nyström path.
+        Largest accepted relative error of D (bound, or measured on sampled models) for the
+        Nyström path.
     block_bytes : int
     random_state : int or None
     """
@@ -129,12 +131,12 @@ class AffinityEngine:
         layout,
         features,
         query_vectors,
+        *,
         response_kernel="linear",
         response_bandwidth=1.0,
-        *,
         method="auto",
         tol=1e-3,
-        block_bytes=kernels.DEFAULT_BLOCK_BYTES,
+        block_bytes=DEFAULT_BLOCK_BYTES,
         random_state=0,
     ):
         if method not in METHODS:
@@ -155,20 +157,23 @@ class AffinityEngine:
         self._kernel_buffer = None
         self._factorized = None
         self._self = None
+        self.pool = WorkerPool()
         self.reports: list[SumsReport] = []
 
     @property
     def query_sqdist(self) -> np.ndarray:
         """Squared distances between unique queries, computed once."""
         if self._sqdist is None:
-            self._sqdist = kernels.squared_distances(self.query_vectors)
+            self._sqdist = kernels.squared_distances(self.query_vectors, pool=self.pool)
         return self._sqdist
 
     @property
-    def factorized(self) -> kernels.FactorizedSums:
+    def factorized(self) -> FactorizedSums:
         """The exact factorised sums (linear response kernel), built once per engine."""
         if self._factorized is None:
-            self._factorized = kernels.FactorizedSums(self.layout, self.features, self.block_bytes)
+            self._factorized = FactorizedSums(
+                self.layout, self.features, self.block_bytes, pool=self.pool
+            )
         return self._factorized
 
     def _query_kernel(self, bandwidth: float) -> np.ndarray | None:
@@ -178,22 +183,23 @@ class AffinityEngine:
             return None
         sq = self.query_sqdist
         if sq.nbytes > KEEP_KERNEL_MAX_BYTES:  # large: page faults are small beside the work
-            return kernels.rbf_from_squared(sq, bandwidth)
+            return kernels.rbf_from_squared(sq, bandwidth, pool=self.pool)
         if self._kernel_buffer is None:
             self._kernel_buffer = np.empty(sq.shape)
-        return kernels.rbf_from_squared(sq, bandwidth, out=self._kernel_buffer)
+        return kernels.rbf_from_squared(sq, bandwidth, out=self._kernel_buffer, pool=self.pool)
 
     def _exact(self, bandwidth: float) -> kernels.KernelSums:
         query_kernel = self._query_kernel(bandwidth)
         if self.response_kernel == "linear":
             return self._wrap(*self.factorized(query_kernel))
-        return kernels.kernel_sums(
+        return kernel_sums(
             self.layout,
             self.features,
             query_kernel,
             self.response_kernel,
             self.response_bandwidth,
             block_bytes=self.block_bytes,
+            pool=self.pool,
         )
 
     def distance_bound(
@@ -320,12 +326,15 @@ class AffinityEngine:
         n_q = self.layout.n_queries
         landmarks = np.sort(rng.choice(n_q, size=min(rank, n_q), replace=False))
         cross = kernels.rbf_from_squared(
-            kernels.squared_distances(self.query_vectors, self.query_vectors[landmarks]),
+            kernels.squared_distances(
+                self.query_vectors, self.query_vectors[landmarks], pool=self.pool
+            ),
             bandwidth,
+            pool=self.pool,
         )
         values, vectors = np.linalg.eigh(cross[landmarks])
         keep = values > 1e-10 * values.max()
-        return kernels.parallel_matmul(cross, vectors[:, keep] / np.sqrt(values[keep]))
+        return self.pool.matmul(cross, vectors[:, keep] / np.sqrt(values[keep]))
 
     def _rank_estimate(self, bandwidth: float) -> int | None:
         """A starting Nyström rank from the spectrum of K_Q on a seeded query subsample.
@@ -342,7 +351,9 @@ class AffinityEngine:
         sample = rng.choice(n_q, size=min(n_q, size), replace=False)
         sub = self.query_vectors[sample]
         values = np.linalg.eigvalsh(
-            kernels.rbf_from_squared(kernels.squared_distances(sub), bandwidth)
+            kernels.rbf_from_squared(
+                kernels.squared_distances(sub, pool=self.pool), bandwidth, pool=self.pool
+            )
         )[::-1]
         tail = 1.0 - np.cumsum(values) / values.sum()
         half = len(sample) // 2
@@ -360,7 +371,9 @@ class AffinityEngine:
         rng = np.random.default_rng(self.random_state)
         n = self.layout.n_models
         sample = np.sort(rng.choice(n, size=min(VERIFY_MODELS, n), replace=False))
-        exact = sample_exact_sums(self.layout, self.features, self.query_vectors, bandwidth, sample)
+        exact = sample_exact_sums(
+            self.layout, self.features, self.query_vectors, bandwidth, sample, pool=self.pool
+        )
         approx = kernels.KernelSums(
             sums.numerator[np.ix_(sample, sample)],
             sums.denominator[np.ix_(sample, sample)],
@@ -381,10 +394,10 @@ class AffinityEngine:
     def sums(self, bandwidth: float, self_pairs: str = "include") -> kernels.KernelSums:
         """Kernel sums at one query bandwidth (0: delta kernel); appends a report.
 
-        The work runs on our own worker threads with BLAS on one thread
-        (:func:`pkps_core.kernels.worker_pool`).
+        The work runs on the engine's worker threads with BLAS on one thread
+        (:mod:`pkps_core.space.runtime`).
         """
-        with kernels.worker_pool():
+        with single_threaded_blas():
             return self._sums(float(bandwidth), self_pairs)
 
     def _sums(self, bandwidth: float, self_pairs: str) -> kernels.KernelSums:
@@ -405,7 +418,7 @@ class AffinityEngine:
             while rank < n_q and attempts < 3:
                 attempts += 1
                 factor = self._nystrom_factor(bandwidth, rank)
-                result = self._wrap(*_rank_path_sums(self.layout, self.features, factor))
+                result = self._wrap(*_rank_path_sums(self.layout, self.features, factor, self.pool))
                 bound = self.nystrom_bound(result, factor, self_pairs)
                 if bound <= self.tol:
                     self.reports.append(
@@ -425,7 +438,9 @@ class AffinityEngine:
         return self._exact(bandwidth)
 
 
-def sample_exact_sums(layout, features, query_vectors, bandwidth, models) -> kernels.KernelSums:
+def sample_exact_sums(
+    layout, features, query_vectors, bandwidth, models, *, pool: WorkerPool | None = None
+) -> kernels.KernelSums:
     """Exact kernel sums (linear response kernel) restricted to ``models``.
 
     The responses of those models alone, with the query kernel over only the queries they
@@ -441,92 +456,6 @@ def sample_exact_sums(layout, features, query_vectors, bandwidth, models) -> ker
     )
     sub_features = np.ascontiguousarray(features[rows])
     query_kernel = kernels.query_kernel_matrix(
-        kernels.squared_distances(query_vectors[queries]), bandwidth
+        kernels.squared_distances(query_vectors[queries], pool=pool), bandwidth, pool=pool
     )
-    return kernels.kernel_sums(sub_layout, sub_features, query_kernel, "linear")
-
-
-def increment_sums(
-    layout,
-    features,
-    query_vectors,
-    bandwidth,
-    new_mask,
-    response_kernel="linear",
-    response_bandwidth=1.0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The change of the kernel sums when the responses in ``new_mask`` are added.
-
-    With ``C[i, j]`` the sum over pairs (any response of model i, a *new* response of
-    model j) and ``DD`` the same over new × new pairs, the sums over all pairs are
-    ``old + C + C^T - DD``. Only the columns of models with new responses are non-zero in
-    C, so the cost is proportional to the number of new responses.
-
-    Returns
-    -------
-    numerator_increment, denominator_increment : ndarray (n_models, n_models)
-    """
-    n = layout.n_models
-    features = np.ascontiguousarray(features, dtype=float)
-    if response_kernel == "cosine":
-        features = kernels.normalize_rows(features)
-        response_kernel = "linear"
-    new_rows = np.flatnonzero(new_mask)
-    cross_num = np.zeros((n, n))
-    cross_den = np.zeros((n, n))
-    both_num = np.zeros((n, n))
-    both_den = np.zeros((n, n))
-    if new_rows.size == 0:
-        return cross_num, cross_den
-    query_idx, model_idx = layout.query_idx, layout.model_idx
-    if response_kernel == "linear":
-        p = features.shape[1]
-        augmented = np.hstack([features, np.ones((layout.n_responses, 1))])
-        for model in np.unique(model_idx[new_rows]):
-            rows = new_rows[model_idx[new_rows] == model]
-            if bandwidth > 0:
-                columns = kernels.rbf_from_squared(
-                    kernels.squared_distances(query_vectors, query_vectors[query_idx[rows]]),
-                    bandwidth,
-                )
-                transfer = columns @ augmented[rows]
-            else:
-                transfer = np.zeros((layout.n_queries, p + 1))
-                np.add.at(transfer, query_idx[rows], augmented[rows])
-            gathered = transfer[query_idx]
-            values_num = np.einsum("rc,rc->r", features, gathered[:, :p])
-            values_den = gathered[:, p]
-            cross_num[:, model] = np.bincount(model_idx, values_num, minlength=n)
-            cross_den[:, model] = np.bincount(model_idx, values_den, minlength=n)
-            both_num[:, model] = np.bincount(model_idx[new_rows], values_num[new_rows], minlength=n)
-            both_den[:, model] = np.bincount(model_idx[new_rows], values_den[new_rows], minlength=n)
-    else:
-        sq_norms = np.einsum("ij,ij->i", features, features)
-        col_starts = layout.model_bounds[:-1]
-        is_new = np.zeros(layout.n_responses, dtype=bool)
-        is_new[new_rows] = True
-        for start in range(0, new_rows.size, 512):
-            rows = new_rows[start : start + 512]
-            if bandwidth > 0:
-                kq = kernels.rbf_from_squared(
-                    kernels.squared_distances(
-                        query_vectors[query_idx[rows]], query_vectors[query_idx]
-                    ),
-                    bandwidth,
-                )
-            else:
-                kq = (query_idx[rows, None] == query_idx[None, :]).astype(float)
-            sq = sq_norms[rows, None] + sq_norms[None, :] - 2.0 * features[rows] @ features.T
-            kr = np.exp(-np.maximum(sq, 0.0) / (2.0 * response_bandwidth**2))
-            owner = np.zeros((rows.size, n))
-            owner[np.arange(rows.size), model_idx[rows]] = 1.0
-            product, mass = kq * kr, kq
-            cross_num += (owner.T @ np.add.reduceat(product, col_starts, axis=1)).T
-            cross_den += (owner.T @ np.add.reduceat(mass, col_starts, axis=1)).T
-            product_new = np.where(is_new[None, :], product, 0.0)
-            mass_new = np.where(is_new[None, :], mass, 0.0)
-            both_num += (owner.T @ np.add.reduceat(product_new, col_starts, axis=1)).T
-            both_den += (owner.T @ np.add.reduceat(mass_new, col_starts, axis=1)).T
-    numerator = cross_num + cross_num.T - both_num
-    denominator = cross_den + cross_den.T - both_den
-    return numerator, denominator
+    return kernel_sums(sub_layout, sub_features, query_kernel, "linear", pool=pool)

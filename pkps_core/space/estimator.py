@@ -7,179 +7,27 @@ the same estimator with ``query_kernel="delta"``.
 
 from __future__ import annotations
 
+import copy
 import warnings
-from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
 import pandas as pd
 from scipy.spatial.distance import pdist
 from sklearn.base import BaseEstimator
-from sklearn.decomposition import PCA
 from sklearn.manifold import ClassicalMDS
 
-from pkps_core import kernels
-from pkps_core.affinity import (
-    SPARSE_THRESHOLD,
-    SPARSE_TOL,
-    AffinityEngine,
-    SumsReport,
-    increment_sums,
-)
-from pkps_core.kernels import RESPONSE_KERNELS  # noqa: F401  (re-exported for the pages)
-from pkps_core.knn import loo_knn_error
-from pkps_core.records import (
-    RecordsError,
-    cell_table,
-    response_representation,
-    validate_records,
-)
+from pkps_core.records import RecordsError, validate_records
+from pkps_core.space import kernels
+from pkps_core.space.affinity import SPARSE_THRESHOLD, SPARSE_TOL, AffinityEngine, SumsReport
+from pkps_core.space.increments import increment_sums
+from pkps_core.space.knn import loo_knn_error
+from pkps_core.space.prepare import PreparedCache, prepare_cache, reduce_dimension
+from pkps_core.space.sums import DEFAULT_BLOCK_BYTES
 
 BANDWIDTH_GRID = (0.03, 0.1, 0.3, 1.0, 3.0)
 QUERY_KERNELS = ("rbf", "delta")
 _MEDIAN_SAMPLE = 2000
-
-
-def zhu_ghodsi_elbows(values: np.ndarray, n_elbows: int = 2) -> list[int]:
-    """Elbows of a scree plot by profile likelihood (Zhu and Ghodsi, 2006).
-
-    Parameters
-    ----------
-    values : ndarray
-        Eigen/singular values in decreasing order.
-    n_elbows : int
-        How many successive elbows to return (each is searched after the previous one).
-
-    Returns
-    -------
-    list of int
-        Elbow positions as the number of leading values to keep (1-based counts).
-    """
-    values = np.sort(np.asarray(values, dtype=float))[::-1]
-    elbows: list[int] = []
-    offset = 0
-    for _ in range(n_elbows):
-        rest = values[offset:]
-        if rest.size < 2:
-            break
-        best_q, best_ll = 1, -np.inf
-        for q in range(1, rest.size):
-            first, second = rest[:q], rest[q:]
-            mu1, mu2 = first.mean(), second.mean()
-            pooled = (((first - mu1) ** 2).sum() + ((second - mu2) ** 2).sum()) / max(
-                rest.size - 2, 1
-            )
-            sigma = np.sqrt(max(pooled, 1e-12 * max(rest.var(), 1e-300)))
-            ll = -0.5 * (((first - mu1) ** 2).sum() + ((second - mu2) ** 2).sum()) / (
-                sigma**2
-            ) - rest.size * np.log(sigma)
-            if ll > best_ll:
-                best_ll, best_q = ll, q
-        elbows.append(offset + best_q)
-        offset += best_q
-    return elbows
-
-
-@dataclass(frozen=True)
-class PreparedCache:
-    """A validated cache turned into arrays: responses sorted by model."""
-
-    layout: kernels.ResponseLayout
-    models: np.ndarray
-    families: np.ndarray
-    tasks: np.ndarray
-    query_keys: pd.DataFrame
-    query_vectors: np.ndarray | None
-    response_vectors: np.ndarray
-    scores: np.ndarray
-    task_of_response: np.ndarray
-    representation: str
-    cells: pd.DataFrame
-    frame: pd.DataFrame
-
-
-def _stack(column: pd.Series) -> np.ndarray:
-    return np.vstack([np.asarray(v, dtype=float) for v in column.tolist()])
-
-
-def prepare_cache(
-    records: pd.DataFrame, embedder=None, *, validated: bool = False
-) -> PreparedCache:
-    """Validate a cache and build the response/query arrays the kernels need.
-
-    Text without embeddings is embedded with ``embedder`` (default: the offline embedder
-    of :mod:`pkps_core.embed`). A score-only cache uses the per-response score as a 1-d
-    response representation.
-    """
-    frame = records if validated else validate_records(records)
-    representation = response_representation(frame)
-    needs_text_embedding = representation == "text" or (
-        "query_embedding" not in frame.columns
-        and "query" in frame.columns
-        and frame["query"].notna().all()
-    )
-    if needs_text_embedding:
-        from pkps_core.embed import embed_records
-
-        frame = embed_records(frame, embedder=embedder)
-        representation = response_representation(frame)
-    frame = frame.sort_values(["model", "task", "query_id"], kind="stable").reset_index(drop=True)
-    models, model_idx = np.unique(frame["model"].to_numpy(dtype=str), return_inverse=True)
-    tasks, task_idx = np.unique(frame["task"].to_numpy(dtype=str), return_inverse=True)
-    keys = frame[["task", "query_id"]].astype(str)
-    query_codes, query_uniques = pd.MultiIndex.from_frame(keys).factorize()
-    query_keys = query_uniques.to_frame(index=False)
-    scores = (
-        frame["score"].to_numpy(dtype=float)
-        if "score" in frame.columns
-        else np.full(len(frame), np.nan)
-    )
-    if representation == "embedding":
-        response_vectors = _stack(frame["response_embedding"])
-    else:
-        if np.isnan(scores).any():
-            raise RecordsError(
-                "a score-only cache needs a score on every row: the score is the response "
-                "representation; fill the empty scores or add response text"
-            )
-        response_vectors = scores[:, None].copy()
-        representation = "score"
-    query_vectors = None
-    if "query_embedding" in frame.columns:
-        first = pd.Series(np.arange(len(frame))).groupby(query_codes).first().to_numpy()
-        query_vectors = _stack(frame["query_embedding"].iloc[first])
-    family_of_model = frame.groupby("model", sort=True)["family"].first()
-    layout = kernels.ResponseLayout.build(model_idx, query_codes, len(models), len(query_keys))
-    return PreparedCache(
-        layout=layout,
-        models=models,
-        families=family_of_model.loc[models].to_numpy(dtype=str),
-        tasks=tasks,
-        query_keys=query_keys,
-        query_vectors=query_vectors,
-        response_vectors=response_vectors,
-        scores=scores,
-        task_of_response=task_idx,
-        representation=representation,
-        cells=cell_table(frame),
-        frame=frame,
-    )
-
-
-def _reduce(vectors: np.ndarray, components, random_state) -> np.ndarray:
-    """PCA to ``components`` (int), to the second Zhu–Ghodsi elbow ("elbow"), or not (None)."""
-    if components is None:
-        return vectors
-    max_rank = min(vectors.shape)
-    if components == "elbow":
-        full = PCA(n_components=min(max_rank, 256), random_state=random_state).fit(vectors)
-        elbows = zhu_ghodsi_elbows(full.explained_variance_, n_elbows=2)
-        n_keep = elbows[-1] if elbows else 1
-        return full.transform(vectors)[:, : min(n_keep, 48)]
-    n_keep = min(int(components), max_rank)
-    if n_keep >= vectors.shape[1]:
-        return vectors
-    return PCA(n_components=n_keep, random_state=random_state).fit_transform(vectors)
 
 
 def classical_mds(distance: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:
@@ -227,7 +75,7 @@ class PerspectiveSpace(BaseEstimator):
         Bandwidth of an RBF response kernel; ``"median"`` = median pairwise response distance.
     self_pairs : {"include", "exclude"}, default="include"
         Keep (Eq. 1 as written) or drop the j = l terms of A_ii; see
-        :func:`pkps_core.kernels.affinity_from_sums`.
+        :func:`pkps_core.space.kernels.affinity_from_sums`.
     n_components : int, default=8
         MDS dimension d.
     cv_neighbors : int, default=8
@@ -246,14 +94,15 @@ class PerspectiveSpace(BaseEstimator):
         median pairwise query distance of this cache. Fix it to compare fits of different
         caches (and :meth:`update` keeps the first fit's value).
     affinity_method : {"auto", "exact", "sparse", "nystrom"}, default="auto"
-        How the kernel sums are computed (see :mod:`pkps_core.affinity`): ``"auto"`` runs
-        exactly, except that narrow bandwidths drop query-kernel entries below 1e-16 when
-        that leaves a sparse kernel and a rigorous bound keeps the change of D below 1e-7
-        of its maximum, and, on caches with many unique queries, wide bandwidths use a
-        Nyström approximation whose error on D is measured and kept within
-        ``affinity_tol``.
+        How the kernel sums are computed (see :mod:`pkps_core.space.affinity`): ``"auto"``
+        runs exactly, except that narrow bandwidths drop query-kernel entries below 1e-16
+        when that leaves a sparse kernel and a rigorous bound keeps the change of D below
+        1e-7 of its maximum, and, on caches with many unique queries, wide bandwidths use a
+        Nyström approximation whose error on D is kept within ``affinity_tol`` — by a
+        rigorous bound where it is tight enough, else by a check on a sample of models.
     affinity_tol : float, default=1e-3
-        Largest accepted measured relative error of D for an approximate path.
+        Largest accepted relative error of D (bounded, or measured on sampled models) for
+        the Nyström path.
     block_bytes : int
         Memory budget per working block of the kernel sums.
     random_state : int or None, default=0
@@ -277,8 +126,8 @@ class PerspectiveSpace(BaseEstimator):
     representation_ : {"embedding", "score"}
     cells_ : DataFrame, the per-cell table (sample score, reference, n_responses)
     kernel_sums_ : list of KernelSums, one per bandwidth of ``bandwidth_grid_``
-    affinity_reports_ : list of SumsReport, the path (exact / nystrom), measured error and
-        rank used per bandwidth
+    affinity_reports_ : list of SumsReport, the path (exact / sparse / nystrom), its error
+        (``error_kind``: exact, bound or measured) and rank per bandwidth
     affinity_path_, affinity_error_ : the chosen bandwidth's path and error
 
     References
@@ -290,6 +139,7 @@ class PerspectiveSpace(BaseEstimator):
     def __init__(
         self,
         query_kernel: str = "rbf",
+        *,
         response_kernel: str = "linear",
         query_bandwidth="cv",
         bandwidth_grid: tuple = BANDWIDTH_GRID,
@@ -304,7 +154,7 @@ class PerspectiveSpace(BaseEstimator):
         bandwidth_scale: float | None = None,
         affinity_method: str = "auto",
         affinity_tol: float = 1e-3,
-        block_bytes: int = kernels.DEFAULT_BLOCK_BYTES,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
         random_state: int | None = 0,
     ):
         self.query_kernel = query_kernel
@@ -350,35 +200,34 @@ class PerspectiveSpace(BaseEstimator):
         if len(prepared.models) < 2:
             raise ValueError("a perspective space needs at least two models")
 
-    def fit(
-        self, records: pd.DataFrame, y=None, *, embedder=None, prepared: PreparedCache | None = None
-    ):
-        """Fit the space on a cache of canonical records.
+    def fit(self, records: pd.DataFrame | PreparedCache, y=None, *, embedder=None):
+        """Fit the space on a cache.
 
         Parameters
         ----------
-        records : DataFrame
-            Canonical records (validated here). Ignored if ``prepared`` is given.
+        records : DataFrame or PreparedCache
+            Canonical records (validated here), or the output of :func:`prepare_cache` to
+            share one preparation between estimators.
         y : None
             Unused (scikit-learn convention).
         embedder : object, optional
-            Text embedder for caches without embeddings.
-        prepared : PreparedCache, optional
-            Output of :func:`prepare_cache`, to share the preparation between estimators.
+            Text embedder for caches without embeddings (ignored for a PreparedCache).
 
         Returns
         -------
         self
         """
-        if isinstance(records, PreparedCache):
-            prepared = records
-        prepared = prepared if prepared is not None else prepare_cache(records, embedder)
+        prepared = (
+            records if isinstance(records, PreparedCache) else prepare_cache(records, embedder)
+        )
         self._check_params(prepared)
         features = self._response_features(prepared)
         queries = None
         self.median_query_distance_ = np.nan
         if self.query_kernel == "rbf":
-            queries = _reduce(prepared.query_vectors, self.query_components, self.random_state)
+            queries = reduce_dimension(
+                prepared.query_vectors, self.query_components, self.random_state
+            )
             self.median_query_distance_ = (
                 float(self.bandwidth_scale)
                 if self.bandwidth_scale is not None
@@ -416,8 +265,6 @@ class PerspectiveSpace(BaseEstimator):
             A fitted copy whose ``query_bandwidth_``, ``affinity_``, ``distance_matrix_`` and
             ``embedding_`` are those of ``bandwidth``; ``cv_errors_`` is kept.
         """
-        import copy
-
         grid = np.asarray(self.bandwidth_grid_)
         matches = np.flatnonzero(np.isclose(grid, bandwidth, rtol=1e-9, atol=0.0))
         if matches.size == 0:
@@ -444,7 +291,7 @@ class PerspectiveSpace(BaseEstimator):
         """Add responses (of new or existing models) and refit without recomputing everything.
 
         The kernel sums of Eq. (1) are sums over response pairs, so adding responses adds
-        only the pairs that involve them (:func:`pkps_core.affinity.increment_sums`); A, D,
+        only the pairs that involve them (:func:`pkps_core.space.increments.increment_sums`); A, D,
         the coordinates and the bandwidth choice are then redone from the updated sums. The
         bandwidth grid, the response bandwidth and any PCA are kept from the first fit, so
         the result equals a fresh :meth:`fit` of all the records with
@@ -511,6 +358,7 @@ class PerspectiveSpace(BaseEstimator):
                 new_mask,
                 self.response_kernel,
                 self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
+                pool=engine.pool,
             )
             updated = kernels.KernelSums(
                 numerator + inc_num, denominator + inc_den, self_num, self_den
@@ -539,8 +387,8 @@ class PerspectiveSpace(BaseEstimator):
             prepared.layout,
             features,
             queries,
-            self.response_kernel,
-            self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
+            response_kernel=self.response_kernel,
+            response_bandwidth=self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
             method=self.affinity_method,
             tol=self.affinity_tol,
             block_bytes=self.block_bytes,
@@ -583,7 +431,7 @@ class PerspectiveSpace(BaseEstimator):
     def _response_features(self, prepared: PreparedCache) -> np.ndarray:
         features = prepared.response_vectors
         if prepared.representation == "embedding":
-            features = _reduce(features, self.response_components, self.random_state)
+            features = reduce_dimension(features, self.response_components, self.random_state)
             if self.normalize_responses:
                 features = kernels.normalize_rows(features)
         if self.score_weight and self.score_weight > 0:

@@ -60,9 +60,10 @@ def weighted_knn(
     return prediction
 
 
-def _cell_matrix(
+def cell_matrix(
     cells: pd.DataFrame, models: np.ndarray, tasks: np.ndarray, column: str
 ) -> np.ndarray:
+    """One column of the per-cell table as a models × tasks grid (NaN where absent)."""
     matrix = np.full((len(models), len(tasks)), np.nan)
     model_pos = pd.Index(models).get_indexer(cells["model"])
     task_pos = pd.Index(tasks).get_indexer(cells["task"])
@@ -81,7 +82,7 @@ def loo_knn_error(
     This is the bandwidth criterion of the PKPS appendix ("Kernels").
     """
     tasks = np.unique(cells["task"].to_numpy(dtype=str))
-    sample = _cell_matrix(cells, models, tasks, "sample_score")
+    sample = cell_matrix(cells, models, tasks, "sample_score")
     distances = cdist(embedding, embedding)
     not_self = ~np.eye(len(models), dtype=bool)
     errors = []
@@ -99,46 +100,26 @@ def loo_knn_error(
 
 
 def knn_grid_predictions(
-    embedding: np.ndarray,
-    models: np.ndarray,
-    families: np.ndarray,
-    tasks: np.ndarray,
-    references: np.ndarray,
-    *,
-    holdout: str = "model",
-    targets: np.ndarray | None = None,
-    k: int = 5,
+    embedding: np.ndarray, references: np.ndarray, allowed: np.ndarray, k: int = 5
 ) -> np.ndarray:
-    """KNN prediction of every (model, task) cell from the other models' references.
+    """KNN prediction of every (model, task) cell from the allowed models' references.
 
     Parameters
     ----------
     embedding : ndarray (n_models, d)
-    models, families : ndarray of str, shape (n_models,)
-    tasks : ndarray of str, shape (n_tasks,)
     references : ndarray (n_models, n_tasks)
         Reference score per cell (NaN: no reference).
-    holdout : {"model", "family"}
-        Exclude the target model itself, or every model of its family, from its references.
-    targets : ndarray of bool (n_models,), optional
-        Models treated as new: their cells never serve as references.
+    allowed : ndarray of bool (n_models, n_models)
+        ``allowed[i, j]``: model j's reference may inform model i's cells (see
+        :func:`pkps_core.methods.context.allowed_references`).
     k : int
 
     Returns
     -------
     ndarray (n_models, n_tasks)
     """
-    if holdout not in ("model", "family"):
-        raise ValueError(f"holdout must be 'model' or 'family', got {holdout!r}")
-    n = len(models)
-    if holdout == "family":
-        allowed = families[:, None] != families[None, :]
-    else:
-        allowed = ~np.eye(n, dtype=bool)
-    if targets is not None:
-        allowed = allowed & ~np.asarray(targets, dtype=bool)[None, :]
     distances = cdist(embedding, embedding)
-    out = np.full((n, len(tasks)), np.nan)
-    for t in range(len(tasks)):
+    out = np.full(references.shape, np.nan)
+    for t in range(references.shape[1]):
         out[:, t] = weighted_knn(distances, references[:, t], allowed, k)
     return out

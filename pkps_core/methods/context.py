@@ -1,0 +1,239 @@
+"""What every prediction method reads: the context of one prediction run, and its results.
+
+A :class:`PredictionContext` holds the validated records, the prepared arrays, the holdout
+rule and the target models. Results that several methods share are kept in two explicit
+caches: ``shared`` for what reads no reference (the fitted spaces, the item tables) and may
+be reused by the fold contexts of a calibration run (:meth:`PredictionContext.fold`), and
+``cache`` for what reads references and belongs to this context alone.
+
+Information rule of every method: a cell (i, t) may use the model's own observed responses
+and scores, and references (other models' full-task scores and item scores) only from the
+models :func:`allowed_references` allows — not the model itself (``holdout="model"``) or
+not its whole family (``holdout="family"``), and never a model marked as a target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pkps_core.space import PerspectiveSpace, PreparedCache
+from pkps_core.space.knn import cell_matrix, knn_grid_predictions
+
+HOLDOUTS = ("model", "family")
+
+
+@dataclass
+class MethodResult:
+    """A method's predictions on the models × tasks grid, with per-cell notes."""
+
+    prediction: np.ndarray
+    notes: np.ndarray | None = None
+
+
+def allowed_references(
+    families: np.ndarray,
+    holdout: str,
+    targets: np.ndarray | None = None,
+    hidden: np.ndarray | None = None,
+) -> np.ndarray:
+    """``allowed[i, j]``: model j's references and item scores may inform model i's cells.
+
+    Parameters
+    ----------
+    families : ndarray of str (n_models,)
+    holdout : {"model", "family"}
+        Exclude the model itself, or every model of its family.
+    targets, hidden : ndarray of bool (n_models,), optional
+        Models that never inform anyone (targets; a calibration fold's hidden models).
+    """
+    if holdout not in HOLDOUTS:
+        raise ValueError(f"holdout must be 'model' or 'family', got {holdout!r}")
+    if holdout == "family":
+        allowed = families[:, None] != families[None, :]
+    else:
+        allowed = ~np.eye(len(families), dtype=bool)
+    for excluded in (targets, hidden):
+        if excluded is not None:
+            allowed &= ~np.asarray(excluded, dtype=bool)[None, :]
+    return allowed
+
+
+@dataclass
+class PredictionContext:
+    """Everything a prediction method may use, computed once and shared.
+
+    Attributes
+    ----------
+    records : DataFrame
+        The validated canonical records.
+    prepared : PreparedCache
+    holdout : {"model", "family"}
+    targets : ndarray of bool (n_models,) or None
+        Models treated as new: their cells never serve as references.
+    space_params : dict
+        Parameters of the PKPS estimator (DKPS uses the same with the delta kernel).
+    n_neighbors : int
+        K of the per-task KNN regression.
+    shared : dict
+        Results that read no reference, keyed by name; shared with :meth:`fold` contexts.
+    cache : dict
+        Results that read references, keyed by name; this context's alone.
+    """
+
+    records: pd.DataFrame
+    prepared: PreparedCache
+    holdout: str = "model"
+    targets: np.ndarray | None = None
+    space_params: dict = field(default_factory=dict)
+    n_neighbors: int = 5
+    shared: dict = field(default_factory=dict, repr=False)
+    cache: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------ caches
+
+    def cached(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per context (for results that read references)."""
+        if key not in self.cache:
+            self.cache[key] = compute()
+        return self.cache[key]
+
+    def cached_shared(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once for this context and its folds (results that read no
+        reference, so they are the same under any holdout and any targets)."""
+        if key not in self.shared:
+            self.shared[key] = compute()
+        return self.shared[key]
+
+    def fold(self, hidden: np.ndarray) -> PredictionContext:
+        """A family-holdout copy in which the ``hidden`` models are targets too.
+
+        The copy shares :attr:`shared` (spaces, item tables) and starts an empty
+        :attr:`cache`, so nothing computed from the hidden models' references leaks in.
+        """
+        targets = np.asarray(hidden, dtype=bool).copy()
+        if self.targets is not None:
+            targets |= np.asarray(self.targets, dtype=bool)
+        return dataclasses.replace(
+            self, holdout="family", targets=targets, shared=self.shared, cache={}
+        )
+
+    # ------------------------------------------------------------------ the grid
+
+    @property
+    def models(self) -> np.ndarray:
+        return self.prepared.models
+
+    @property
+    def families(self) -> np.ndarray:
+        return self.prepared.families
+
+    @property
+    def tasks(self) -> np.ndarray:
+        return self.prepared.tasks
+
+    @property
+    def seed(self) -> int:
+        """The run's seed (``space_params["random_state"]``, 0 when unset)."""
+        seed = self.space_params.get("random_state", 0)
+        return 0 if seed is None else int(seed)
+
+    def empty_grid(self) -> tuple[np.ndarray, np.ndarray]:
+        """A models × tasks grid of NaN predictions and empty notes."""
+        shape = (len(self.models), len(self.tasks))
+        return np.full(shape, np.nan), np.full(shape, "", dtype=object)
+
+    @cached_property
+    def sample(self) -> np.ndarray:
+        """Sample score per cell (NaN: no scored response)."""
+        return cell_matrix(self.prepared.cells, self.models, self.tasks, "sample_score")
+
+    @cached_property
+    def n_responses(self) -> np.ndarray:
+        counts = cell_matrix(self.prepared.cells, self.models, self.tasks, "n_responses")
+        return np.nan_to_num(counts).astype(int)
+
+    @cached_property
+    def reference_score(self) -> np.ndarray:
+        return cell_matrix(self.prepared.cells, self.models, self.tasks, "reference_score")
+
+    @cached_property
+    def training_references(self) -> np.ndarray:
+        """References usable for training: target models' cells removed."""
+        references = cell_matrix(self.prepared.cells, self.models, self.tasks, "reference")
+        if self.targets is not None:
+            references[self.targets] = np.nan
+        return references
+
+    # ------------------------------------------------------------------ who informs whom
+
+    @property
+    def groups(self) -> np.ndarray:
+        """Holdout unit per model: its family (holdout="family") or itself."""
+        if self.holdout == "family":
+            return np.unique(self.families, return_inverse=True)[1]
+        return np.arange(len(self.models))
+
+    def allowed(self, holdout: str | None = None) -> np.ndarray:
+        """:func:`allowed_references` under ``holdout`` (default: the context's)."""
+        return allowed_references(self.families, holdout or self.holdout, self.targets)
+
+    def training_matrix(self, i: int, allowed: np.ndarray) -> np.ndarray:
+        """The matrix model i's completion may see: allowed models' references, its own
+        sample scores."""
+        matrix = np.where(allowed[i][:, None], self.training_references, np.nan)
+        matrix[i] = self.sample[i]
+        return matrix
+
+    # ------------------------------------------------------------------ reference-free results
+
+    def space(self, name: str) -> PerspectiveSpace:
+        """The fitted ``"pkps"`` (RBF query kernel) or ``"dkps"`` (delta) space."""
+        kernel = {"pkps": "rbf", "dkps": "delta"}[name]
+        params = {**self.space_params, "query_kernel": kernel}
+        return self.cached_shared(
+            ("space", name), lambda: PerspectiveSpace(**params).fit(self.prepared)
+        )
+
+    @property
+    def pkps(self) -> PerspectiveSpace:
+        return self.space("pkps")
+
+    @property
+    def dkps(self) -> PerspectiveSpace:
+        return self.space("dkps")
+
+    def item_tables(self) -> list[np.ndarray]:
+        """Per task (in :attr:`tasks` order) the models × items matrix of scores (NaN = none)."""
+        return self.cached_shared("item_tables", self._build_item_tables)
+
+    def _build_item_tables(self) -> list[np.ndarray]:
+        frame = self.records
+        scores = (
+            frame["score"].to_numpy(dtype=float)
+            if "score" in frame.columns
+            else np.full(len(frame), np.nan)
+        )
+        model_pos = np.searchsorted(self.models, frame["model"].to_numpy(dtype=str))
+        task_pos = np.searchsorted(self.tasks, frame["task"].to_numpy(dtype=str))
+        query_ids = frame["query_id"].to_numpy(dtype=str)
+        tables = []
+        for t in range(len(self.tasks)):
+            rows = np.flatnonzero(task_pos == t)
+            items, item_pos = np.unique(query_ids[rows], return_inverse=True)
+            table = np.full((len(self.models), len(items)), np.nan)
+            table[model_pos[rows], item_pos] = scores[rows]
+            tables.append(table)
+        return tables
+
+    def knn(self, space: PerspectiveSpace) -> np.ndarray:
+        """Per-task KNN of every cell from the allowed references in ``space``."""
+        return knn_grid_predictions(
+            space.embedding_, self.training_references, self.allowed(), self.n_neighbors
+        )

@@ -1,0 +1,197 @@
+"""Methods that read the cell's own scored sample: the sample score, Random-Sampling-Learn
+and AIPW.
+
+References
+----------
+Second paper: "How Benchmark Prediction from Fewer Data Misses the Mark" — the method list
+(Random-Sampling-Learn) and AIPW, Eqs. (2)–(3); Robins and Rotnitzky (1995).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.linear_model import Ridge, RidgeCV
+
+from pkps_core.methods.context import PredictionContext
+
+RS_LEARN_ALPHAS = (0.1, 1.0, 10.0)
+AIPW_ALPHA = 10.0
+MIN_REFERENCES = 5
+
+
+def sample_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
+    """The sample score: the mean of the cell's observed scores."""
+    notes = np.where(np.isnan(context.sample), "no scored responses in this cell", "")
+    return context.sample.copy(), notes.astype(object)
+
+
+def rs_learn_predict(
+    core_sources: np.ndarray,
+    full_sources: np.ndarray,
+    core_targets: np.ndarray,
+    alphas: tuple[float, ...] = RS_LEARN_ALPHAS,
+) -> np.ndarray:
+    """Random-Sampling-Learn: ridge from core-set item scores to the full-task mean.
+
+    ``RidgeCV(alphas)`` (efficient leave-one-out choice of the penalty) is fit on the
+    source models — features their scores on the core set C, target their full mean
+    s̄(f, D) — and applied to the targets' core-set scores.
+
+    Parameters
+    ----------
+    core_sources : ndarray (n_sources, n)
+    full_sources : ndarray (n_sources,)
+    core_targets : ndarray (n_targets, n) or (n,)
+
+    Returns
+    -------
+    ndarray (n_targets,)
+
+    References
+    ----------
+    Second paper, method list, "Random-Sampling-Learn".
+    """
+    model = RidgeCV(alphas=alphas).fit(np.asarray(core_sources), np.asarray(full_sources))
+    return model.predict(np.atleast_2d(core_targets))
+
+
+def aipw_estimate(
+    observed_scores: np.ndarray,
+    predicted_observed: np.ndarray,
+    predicted_unobserved: np.ndarray,
+) -> float:
+    """The AIPW estimate of the full-benchmark mean, second paper Eq. (3).
+
+    ``h = s̄(f, C) + 1 / (1 + n / (N − n)) · (mean_{D−C} ŝ − mean_C ŝ)`` with ``n = |C|``
+    and ``N = |D|``; note ``1 / (1 + n/(N − n)) = (N − n) / N``. This is the finite-
+    population mean ``(n/N) s̄_C + ((N − n)/N) ŝ_U*`` whose unobserved part is the mean
+    prediction debiased by the mean residual on C, ``ŝ_U* = mean_U ŝ + (s̄_C − mean_C ŝ)``.
+
+    The issue's wording "mean prediction on the unobserved items + mean residual on the
+    observed items / (1 + n/(N − n))" is *not* the same: it equals Eq. (3) minus
+    ``(n/N)(s̄_C − mean_U ŝ)``, and with a constant predictor it gives
+    ``(n/N) c + ((N − n)/N) s̄_C`` rather than the sample mean. Eq. (3) is implemented.
+
+    A constant predictor gives exactly ``s̄(f, C)``: both prediction means are taken
+    relative to the same pivot, so their difference is computed as exactly 0.
+
+    Parameters
+    ----------
+    observed_scores : ndarray (n,)
+        s(f, z) on the core set C.
+    predicted_observed, predicted_unobserved : ndarray (n,), (N − n,)
+        ŝ(f, z) on C and on D − C.
+
+    Returns
+    -------
+    float
+    """
+    observed_scores = np.asarray(observed_scores, dtype=float)
+    predicted_observed = np.asarray(predicted_observed, dtype=float)
+    predicted_unobserved = np.asarray(predicted_unobserved, dtype=float)
+    n, n_rest = len(observed_scores), len(predicted_unobserved)
+    sample_mean = float(observed_scores.mean())
+    if n_rest == 0:
+        return sample_mean
+    pivot = predicted_observed[0]
+    shift = (predicted_unobserved - pivot).mean() - (predicted_observed - pivot).mean()
+    return sample_mean + n_rest / (n + n_rest) * float(shift)
+
+
+def aipw_predict(
+    source_scores: np.ndarray,
+    target_core_scores: np.ndarray,
+    core: np.ndarray,
+    alpha: float = AIPW_ALPHA,
+) -> float:
+    """AIPW for one target: per-target ridge (Eq. 2), then the debiased mean (Eq. 3).
+
+    The predictor ``g`` maps an item's scores by the source models, ``s(F_s, z)``, to the
+    target's score ``s(f, z)``; it is ``Ridge(alpha)`` fit on the core items C and used on
+    every item.
+
+    Parameters
+    ----------
+    source_scores : ndarray (n_sources, N)
+        Source models' scores on every item of the task (no missing entries).
+    target_core_scores : ndarray (n,)
+        The target's scores on the core items.
+    core : ndarray of int (n,)
+        Column indices of the core items in ``source_scores``.
+    alpha : float, default=10
+
+    Returns
+    -------
+    float
+
+    References
+    ----------
+    Second paper, Eqs. (2)–(3); Robins and Rotnitzky (1995).
+    """
+    features = np.asarray(source_scores, dtype=float).T
+    core = np.asarray(core, dtype=int)
+    rest = np.setdiff1d(np.arange(features.shape[0]), core)
+    g = Ridge(alpha=alpha).fit(features[core], np.asarray(target_core_scores, dtype=float))
+    predicted_rest = g.predict(features[rest]) if len(rest) else np.empty(0)
+    return aipw_estimate(target_core_scores, g.predict(features[core]), predicted_rest)
+
+
+def rs_learn_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
+    """Random-Sampling-Learn per cell, with the cell's observed items as its core set.
+
+    The references are the allowed models with a training reference on the task that
+    answered every one of the cell's items; with fewer than 5 of them the cell is "not
+    applicable" (RidgeCV's leave-one-out choice of the penalty and the fit itself mean
+    little on fewer).
+    """
+    prediction, notes = context.empty_grid()
+    allowed = context.allowed()
+    references = context.training_references
+    for t, table in enumerate(context.item_tables()):
+        answered = np.isfinite(table)
+        for i in range(len(context.models)):
+            core = np.flatnonzero(answered[i])
+            if len(core) == 0:
+                notes[i, t] = "rs-learn: no scored responses in this cell"
+                continue
+            sources = np.flatnonzero(
+                allowed[i] & np.isfinite(references[:, t]) & answered[:, core].all(axis=1)
+            )
+            if len(sources) < MIN_REFERENCES:
+                notes[i, t] = (
+                    f"rs-learn: not applicable — {len(sources)} reference models answered this "
+                    f"cell's {len(core)} items (needs ≥{MIN_REFERENCES})"
+                )
+                continue
+            prediction[i, t] = rs_learn_predict(
+                table[np.ix_(sources, core)], references[sources, t], table[i, core]
+            )[0]
+    return prediction, notes
+
+
+def aipw_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
+    """AIPW per cell: the cell's observed items are C, the task's items are D.
+
+    The sources are the allowed models that answered every item of the task (the item
+    scores of the predictor's features must exist on C and on D − C); with fewer than 5
+    the cell is "not applicable".
+    """
+    prediction, notes = context.empty_grid()
+    allowed = context.allowed()
+    for t, table in enumerate(context.item_tables()):
+        answered = np.isfinite(table)
+        complete = answered.all(axis=1)
+        for i in range(len(context.models)):
+            core = np.flatnonzero(answered[i])
+            if len(core) == 0:
+                notes[i, t] = "aipw: no scored responses in this cell"
+                continue
+            sources = np.flatnonzero(allowed[i] & complete)
+            if len(sources) < MIN_REFERENCES:
+                notes[i, t] = (
+                    f"aipw: not applicable — {len(sources)} reference models answered all "
+                    f"{table.shape[1]} items of the task (needs ≥{MIN_REFERENCES})"
+                )
+                continue
+            prediction[i, t] = aipw_predict(table[sources], table[i, core], core)
+    return prediction, notes

@@ -1,0 +1,158 @@
+"""From validated records to the arrays the kernels need: layout, vectors, PCA.
+
+Responses are sorted by model and grouped into a :class:`~pkps_core.space.kernels.ResponseLayout`;
+texts without embeddings go through the offline embedder; response and query vectors may be
+reduced by PCA (to a fixed size or to the second Zhu–Ghodsi elbow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sklearn.decomposition import PCA
+
+from pkps_core.embed import embed_records
+from pkps_core.records import RecordsError, cell_table, response_representation, validate_records
+from pkps_core.space.kernels import ResponseLayout
+
+
+def zhu_ghodsi_elbows(values: np.ndarray, n_elbows: int = 2) -> list[int]:
+    """Elbows of a scree plot by profile likelihood (Zhu and Ghodsi, 2006).
+
+    Parameters
+    ----------
+    values : ndarray
+        Eigen/singular values in decreasing order.
+    n_elbows : int
+        How many successive elbows to return (each is searched after the previous one).
+
+    Returns
+    -------
+    list of int
+        Elbow positions as the number of leading values to keep (1-based counts).
+    """
+    values = np.sort(np.asarray(values, dtype=float))[::-1]
+    elbows: list[int] = []
+    offset = 0
+    for _ in range(n_elbows):
+        rest = values[offset:]
+        if rest.size < 2:
+            break
+        best_q, best_ll = 1, -np.inf
+        for q in range(1, rest.size):
+            first, second = rest[:q], rest[q:]
+            mu1, mu2 = first.mean(), second.mean()
+            pooled = (((first - mu1) ** 2).sum() + ((second - mu2) ** 2).sum()) / max(
+                rest.size - 2, 1
+            )
+            sigma = np.sqrt(max(pooled, 1e-12 * max(rest.var(), 1e-300)))
+            ll = -0.5 * (((first - mu1) ** 2).sum() + ((second - mu2) ** 2).sum()) / (
+                sigma**2
+            ) - rest.size * np.log(sigma)
+            if ll > best_ll:
+                best_ll, best_q = ll, q
+        elbows.append(offset + best_q)
+        offset += best_q
+    return elbows
+
+
+@dataclass(frozen=True)
+class PreparedCache:
+    """A validated cache turned into arrays: responses sorted by model."""
+
+    layout: ResponseLayout
+    models: np.ndarray
+    families: np.ndarray
+    tasks: np.ndarray
+    query_keys: pd.DataFrame
+    query_vectors: np.ndarray | None
+    response_vectors: np.ndarray
+    scores: np.ndarray
+    task_of_response: np.ndarray
+    representation: str
+    cells: pd.DataFrame
+    frame: pd.DataFrame
+
+
+def _stack(column: pd.Series) -> np.ndarray:
+    return np.vstack([np.asarray(v, dtype=float) for v in column.tolist()])
+
+
+def prepare_cache(
+    records: pd.DataFrame, embedder=None, *, validated: bool = False
+) -> PreparedCache:
+    """Validate a cache and build the response/query arrays the kernels need.
+
+    Text without embeddings is embedded with ``embedder`` (default: the offline embedder
+    of :mod:`pkps_core.embed`). A score-only cache uses the per-response score as a 1-d
+    response representation.
+    """
+    frame = records if validated else validate_records(records)
+    representation = response_representation(frame)
+    needs_text_embedding = representation == "text" or (
+        "query_embedding" not in frame.columns
+        and "query" in frame.columns
+        and frame["query"].notna().all()
+    )
+    if needs_text_embedding:
+        frame = embed_records(frame, embedder=embedder)
+        representation = response_representation(frame)
+    frame = frame.sort_values(["model", "task", "query_id"], kind="stable").reset_index(drop=True)
+    models, model_idx = np.unique(frame["model"].to_numpy(dtype=str), return_inverse=True)
+    tasks, task_idx = np.unique(frame["task"].to_numpy(dtype=str), return_inverse=True)
+    keys = frame[["task", "query_id"]].astype(str)
+    query_codes, query_uniques = pd.MultiIndex.from_frame(keys).factorize()
+    query_keys = query_uniques.to_frame(index=False)
+    scores = (
+        frame["score"].to_numpy(dtype=float)
+        if "score" in frame.columns
+        else np.full(len(frame), np.nan)
+    )
+    if representation == "embedding":
+        response_vectors = _stack(frame["response_embedding"])
+    else:
+        if np.isnan(scores).any():
+            raise RecordsError(
+                "a score-only cache needs a score on every row: the score is the response "
+                "representation; fill the empty scores or add response text"
+            )
+        response_vectors = scores[:, None].copy()
+        representation = "score"
+    query_vectors = None
+    if "query_embedding" in frame.columns:
+        first = pd.Series(np.arange(len(frame))).groupby(query_codes).first().to_numpy()
+        query_vectors = _stack(frame["query_embedding"].iloc[first])
+    family_of_model = frame.groupby("model", sort=True)["family"].first()
+    layout = ResponseLayout.build(model_idx, query_codes, len(models), len(query_keys))
+    return PreparedCache(
+        layout=layout,
+        models=models,
+        families=family_of_model.loc[models].to_numpy(dtype=str),
+        tasks=tasks,
+        query_keys=query_keys,
+        query_vectors=query_vectors,
+        response_vectors=response_vectors,
+        scores=scores,
+        task_of_response=task_idx,
+        representation=representation,
+        cells=cell_table(frame),
+        frame=frame,
+    )
+
+
+def reduce_dimension(vectors: np.ndarray, components, random_state) -> np.ndarray:
+    """PCA to ``components`` (int), to the second Zhu–Ghodsi elbow ("elbow"), or not (None)."""
+    if components is None:
+        return vectors
+    max_rank = min(vectors.shape)
+    if components == "elbow":
+        full = PCA(n_components=min(max_rank, 256), random_state=random_state).fit(vectors)
+        elbows = zhu_ghodsi_elbows(full.explained_variance_, n_elbows=2)
+        n_keep = elbows[-1] if elbows else 1
+        return full.transform(vectors)[:, : min(n_keep, 48)]
+    n_keep = min(int(components), max_rank)
+    if n_keep >= vectors.shape[1]:
+        return vectors
+    return PCA(n_components=n_keep, random_state=random_state).fit_transform(vectors)

@@ -1,0 +1,188 @@
+"""Threads, BLAS limits and reusable buffers: the only process-wide state of the library.
+
+Array work of a fit runs on a :class:`WorkerPool` of its own while BLAS itself is held to
+one thread (:func:`single_threaded_blas`): OpenBLAS keeps its threads spinning for a while
+after each product, and on a machine with few cores they slow any other threads that run
+meanwhile. The BLAS limit is process-wide by nature (it is the library's setting), so it
+is reference-counted: concurrent fits share one limit and the last one out restores it;
+nobody waits for another's work. Large scratch buffers are recycled through
+:func:`borrow_buffer`, because a fresh one costs page faults on first touch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+# Idle buffers kept for reuse: at most this many, the largest first.
+MAX_IDLE_BUFFERS = 1
+
+_CONTROLLER: ThreadpoolController | None = None
+_STATE_LOCK = threading.Lock()  # held only while the limit or the idle list changes
+_LIMIT_DEPTH = 0
+_LIMITER = None
+_UNLIMITED_THREADS = 1
+_IDLE_BUFFERS: list[np.ndarray] = []
+
+
+def _controller() -> ThreadpoolController:
+    """threadpoolctl's view of the loaded BLAS libraries, found once (the search costs
+    milliseconds per call)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER
+
+
+def _current_blas_threads() -> int:
+    counts = [
+        info.get("num_threads", 1)
+        for info in _controller().info()
+        if info.get("user_api") == "blas"
+    ]
+    return int(max(counts)) if counts else 1
+
+
+def blas_threads() -> int:
+    """How many threads BLAS may use when no fit limits it (1 when unknown)."""
+    with _STATE_LOCK:
+        if _LIMIT_DEPTH > 0:
+            return _UNLIMITED_THREADS
+    return _current_blas_threads()
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """BLAS on one thread while any caller is inside.
+
+    Reference-counted: the first caller in sets the limit, the last one out restores what
+    BLAS had before; concurrent and nested callers only count. This is the library's one
+    mechanism for limiting BLAS threads.
+    """
+    global _LIMIT_DEPTH, _LIMITER, _UNLIMITED_THREADS
+    with _STATE_LOCK:
+        if _LIMIT_DEPTH == 0:
+            _UNLIMITED_THREADS = _current_blas_threads()
+            _LIMITER = _controller().limit(limits=1, user_api="blas")
+        _LIMIT_DEPTH += 1
+    try:
+        yield
+    finally:
+        with _STATE_LOCK:
+            _LIMIT_DEPTH -= 1
+            if _LIMIT_DEPTH == 0:
+                _LIMITER.restore_original_limits()
+                _LIMITER = None
+
+
+@contextmanager
+def borrow_buffer(size: int) -> Iterator[np.ndarray]:
+    """A float64 buffer of ``size`` elements (contents undefined) for the caller alone.
+
+    On exit it goes back to a short idle list (:data:`MAX_IDLE_BUFFERS`) for the next
+    caller: touching fresh memory costs 10–70 ms of page faults for the 70 MB transfer
+    buffer of a medium cache, about a third of a whole fit.
+    """
+    with _STATE_LOCK:
+        fitting = [k for k, buffer in enumerate(_IDLE_BUFFERS) if buffer.size >= size]
+        buffer = _IDLE_BUFFERS.pop(fitting[0]) if fitting else None
+    if buffer is None:
+        buffer = np.empty(size)
+    try:
+        yield buffer[:size]
+    finally:
+        with _STATE_LOCK:
+            _IDLE_BUFFERS.append(buffer)
+            _IDLE_BUFFERS.sort(key=lambda b: -b.size)
+            del _IDLE_BUFFERS[MAX_IDLE_BUFFERS:]
+
+
+def release_buffers() -> None:
+    """Free the idle buffers (they are only an optimisation)."""
+    with _STATE_LOCK:
+        _IDLE_BUFFERS.clear()
+
+
+class WorkerPool:
+    """Worker threads of one fit for numpy work that releases the GIL.
+
+    Every parallel operation runs with BLAS on one thread, so the pool's threads are the
+    only ones working. ``threads`` defaults to the number BLAS may use. Threads start on
+    first use and stop with :meth:`close` (or when the pool is garbage-collected).
+
+    Parameters
+    ----------
+    threads : int, optional
+    """
+
+    def __init__(self, threads: int | None = None):
+        self.threads = max(1, int(blas_threads() if threads is None else threads))
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def map(self, fn: Callable, items: Iterable) -> list:
+        """``[fn(x) for x in items]`` on the pool's threads (BLAS on one thread)."""
+        items = list(items)
+        if self.threads <= 1 or len(items) <= 1:
+            with single_threaded_blas():
+                return [fn(item) for item in items]
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="pkps")
+            executor = self._executor
+        with single_threaded_blas():
+            return list(executor.map(fn, items))
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``a @ b`` with the rows of ``a`` split over the threads."""
+        if self.threads <= 1 or a.shape[0] < 2 * self.threads:
+            with single_threaded_blas():
+                return a @ b
+        out = np.empty((a.shape[0], b.shape[1]))
+        edges = np.linspace(0, a.shape[0], self.threads + 1).round().astype(int)
+        self.map(
+            lambda i: np.matmul(a[edges[i] : edges[i + 1]], b, out=out[edges[i] : edges[i + 1]]),
+            range(self.threads),
+        )
+        return out
+
+    def inner(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``a @ b.T`` for short, very wide ``a`` and ``b`` (the contraction of the
+        transfers), with the shared inner dimension split over the threads: each reads its
+        own part of both once, where splitting rows would have every thread read all of
+        ``b``."""
+        if self.threads <= 1 or a.shape[1] < 2 * self.threads:
+            with single_threaded_blas():
+                return a @ b.T
+        edges = np.linspace(0, a.shape[1], self.threads + 1).round().astype(int)
+        parts = self.map(
+            lambda i: a[:, edges[i] : edges[i + 1]] @ b[:, edges[i] : edges[i + 1]].T,
+            range(self.threads),
+        )
+        return np.sum(parts, axis=0)
+
+    def scratch(self, size: int) -> np.ndarray:
+        """A buffer of at least ``size`` doubles for the calling thread (contents
+        undefined), kept by the pool for that thread's next call."""
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None or buffer.size < size:
+            buffer = self._local.buffer = np.empty(size)
+        return buffer[:size]
+
+    def close(self) -> None:
+        """Stop the threads (work already queued still runs)."""
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+                self._executor = None
+
+    def __del__(self):
+        executor = getattr(self, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)

@@ -1,0 +1,226 @@
+"""The package's shape: imports run one way, modules stay small, independent fits overlap."""
+
+from __future__ import annotations
+
+import ast
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pkps_core
+from pkps_core.space import PerspectiveSpace, runtime
+from pkps_core.space.sums import FactorizedSums
+from pkps_core.synthetic import make_synthetic
+
+PACKAGE_DIR = Path(pkps_core.__file__).resolve().parent
+MAX_LINES = 500
+# Lower layers never import higher ones (STYLE.md: records → store/importers → space →
+# methods → trust → predict → protocols → views → pages). Same-layer imports are allowed.
+LAYERS = [
+    {"records"},
+    {"embed", "synthetic", "itemsim"},
+    {"store", "importers"},
+    {"space"},
+    {"methods"},
+    {"trust"},
+    {"predict"},
+    {"protocols"},
+    {"views", "uploads", "demo"},
+    {"cli", "__main__", "__init__"},
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """pkps_core modules imported anywhere in ``path`` (module level or inside functions);
+    ``from package import submodule`` counts as importing the submodule."""
+    found = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path.parent)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in modules else base)
+    return {name for name in found if name in modules}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _find_cycle(graph) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycles_between_modules():
+    cycle = _find_cycle(_graph())
+    assert cycle is None, "import cycle: " + " → ".join(cycle)
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else "__init__"
+    for rank, names in enumerate(LAYERS):
+        if top in names:
+            return rank
+    raise AssertionError(f"{module} belongs to no layer of LAYERS; add it where it sits")
+
+
+def test_imports_run_one_way_along_the_layers():
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for target in targets
+        if _layer(target) > _layer(module)
+    ]
+    assert not upward, upward
+
+
+def test_methods_never_import_predict_or_trust():
+    graph = _graph()
+    for module, targets in graph.items():
+        if module.startswith("pkps_core.methods"):
+            bad = {t for t in targets if t.split(".")[1] in ("predict", "trust")}
+            assert not bad, f"{module} imports {bad}"
+
+
+def test_library_never_imports_streamlit():
+    for path in PACKAGE_DIR.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            assert not any(n.split(".")[0] == "streamlit" for n in names), path
+
+
+def test_modules_are_short_or_say_why():
+    long = []
+    for name, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        docstring = ast.get_docstring(ast.parse(text)) or ""
+        if len(text.splitlines()) > MAX_LINES and f"over {MAX_LINES} lines" not in docstring:
+            long.append(f"{name} ({len(text.splitlines())} lines)")
+    assert not long, long
+
+
+def _cache(seed: int):
+    return make_synthetic(n_models=14, n_tasks=4, budget=6, rho=0.0, random_state=seed).records
+
+
+def test_two_fits_in_threads_overlap_and_match_solo_fits(monkeypatch):
+    """Each fit's kernel sums wait, inside the sums, until the other fit is inside its own:
+    a lock held across the sums (as one process-wide lock used to be) would make the first
+    wait in vain and the test fail, not hang."""
+    caches = {"a": _cache(1), "b": _cache(2)}
+    solo = {
+        name: PerspectiveSpace(query_bandwidth="median").fit(records).distance_matrix_
+        for name, records in caches.items()
+    }
+    blas_before = runtime._current_blas_threads()
+    inside = {name: threading.Event() for name in caches}
+    met: dict[str, bool] = {}
+    original = FactorizedSums.__call__
+
+    def meeting(self, query_kernel):
+        me = threading.current_thread().name
+        other = "b" if me == "a" else "a"
+        inside[me].set()
+        met.setdefault(me, inside[other].wait(timeout=30))
+        return original(self, query_kernel)
+
+    monkeypatch.setattr(FactorizedSums, "__call__", meeting)
+    fitted: dict[str, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def fit(name: str) -> None:
+        try:
+            space = PerspectiveSpace(query_bandwidth="median").fit(caches[name])
+            fitted[name] = space.distance_matrix_
+        except BaseException as error:  # reported below, not lost in the thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=fit, args=(name,), name=name) for name in caches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert met == {"a": True, "b": True}, "one fit waited for the other to finish"
+    for name in caches:
+        np.testing.assert_allclose(fitted[name], solo[name], rtol=1e-12, atol=1e-12)
+    assert runtime._current_blas_threads() == blas_before
+
+
+def test_blas_limit_is_shared_by_concurrent_callers():
+    before = runtime._current_blas_threads()
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with runtime.single_threaded_blas():
+            entered.set()
+            release.wait(timeout=30)
+
+    other = threading.Thread(target=hold)
+    other.start()
+    assert entered.wait(timeout=30)
+    with runtime.single_threaded_blas():  # enters at once: nobody waits for the holder
+        assert runtime._current_blas_threads() == 1
+    assert runtime._current_blas_threads() == 1  # the other caller still holds the limit
+    release.set()
+    other.join(timeout=30)
+    assert runtime._current_blas_threads() == before
+
+
+@pytest.mark.parametrize("size", [10, 1000])
+def test_borrowed_buffers_are_never_shared(size):
+    with runtime.borrow_buffer(size) as first, runtime.borrow_buffer(size) as second:
+        assert not np.shares_memory(first, second)
+        assert first.size == second.size == size
