@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from pkps_core.itemsim import estimation_gap_study, make_2pl, make_item_cache
+from pkps_core.itemsim import make_2pl, make_item_cache
 from pkps_core.methods.ensemble import ALPHA_GRID, best_alpha
 from pkps_core.methods.irt import largest_full_block, rasch_fit
 from pkps_core.methods.lrmc import lrmc_complete, lrmc_predictions
 from pkps_core.methods.sampling import aipw_estimate, aipw_predict
 from pkps_core.predict import METHODS, build_context, predict
+from pkps_core.protocols import estimation_gap_study
 
 ALL_METHODS = ["sample", "irt", "lrmc", "rs-learn", "aipw", "dkps", "pkps", "ensemble"]
 SPACE = {"response_kernel": "rbf"}

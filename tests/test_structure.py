@@ -199,26 +199,6 @@ def test_two_fits_in_threads_overlap_and_match_solo_fits(monkeypatch):
     assert runtime._current_blas_threads() == blas_before
 
 
-def test_blas_limit_is_shared_by_concurrent_callers():
-    before = runtime._current_blas_threads()
-    entered, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with runtime.single_threaded_blas():
-            entered.set()
-            release.wait(timeout=30)
-
-    other = threading.Thread(target=hold)
-    other.start()
-    assert entered.wait(timeout=30)
-    with runtime.single_threaded_blas():  # enters at once: nobody waits for the holder
-        assert runtime._current_blas_threads() == 1
-    assert runtime._current_blas_threads() == 1  # the other caller still holds the limit
-    release.set()
-    other.join(timeout=30)
-    assert runtime._current_blas_threads() == before
-
-
 @pytest.mark.parametrize("size", [10, 1000])
 def test_borrowed_buffers_are_never_shared(size):
     with runtime.borrow_buffer(size) as first, runtime.borrow_buffer(size) as second:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from pkps_core.baselines import aipw_predict, rs_learn_predict
+from pkps_core.methods.sampling import aipw_predict, rs_learn_predict
 from pkps_core.predict import predict
 from pkps_core.protocols.masks import SPLITS, split_models
 from pkps_core.synthetic import make_synthetic
