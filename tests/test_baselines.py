@@ -187,3 +187,25 @@ def test_perturbing_a_familys_references_leaves_its_predictions_unchanged(
         .max()
     )
     assert (moved > 1e-6).all()
+
+
+def test_mean_baseline_is_the_allowed_references_task_mean():
+    from pkps_core.predict import build_context, predict
+    from pkps_core.synthetic import make_synthetic
+
+    records = make_synthetic(n_models=12, n_tasks=3, budget=4, random_state=3).records
+    context = build_context(records, holdout="family", targets=None)
+    out = predict(context, ["mean"]).set_index(["model", "task"])["prediction"]
+    refs = context.training_references
+    allowed = context.allowed()
+    for i, model in enumerate(context.models):
+        for t, task in enumerate(context.tasks):
+            expected = np.nanmean(refs[allowed[i], t])
+            assert out[(model, task)] == pytest.approx(expected, abs=1e-12)
+    # a target's references never enter anyone's mean
+    target = context.models[0]
+    with_target = predict(build_context(records, holdout="family", targets=[target]), ["mean"])
+    moved = with_target.set_index(["model", "task"])["prediction"]
+    other = context.models[-1]
+    expected = np.nanmean(refs[allowed[-1] & (context.models != target), 0])
+    assert moved[(other, context.tasks[0])] == pytest.approx(expected, abs=1e-12)

@@ -268,6 +268,39 @@ def test_worker_pool_matches_numpy_and_restores_blas_threads():
     pool.close()
 
 
+def test_blas_limit_is_shared_by_concurrent_callers():
+    """Two threads inside the limit at once: the one that leaves first must not lift it
+    for the other, and the last one out restores what BLAS had (every BLAS library loaded,
+    read afresh by threadpoolctl, not only the ones the runtime knows)."""
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    def fresh_blas_threads():
+        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    before = fresh_blas_threads()
+    entered, release, left = threading.Event(), threading.Event(), threading.Event()
+
+    def other():
+        with runtime.single_threaded_blas():
+            entered.set()
+            release.wait(30)
+        left.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert entered.wait(30)
+    assert fresh_blas_threads() == 1
+    with runtime.single_threaded_blas():
+        assert fresh_blas_threads() == 1
+        release.set()
+        assert left.wait(30)
+        assert fresh_blas_threads() == 1  # the other caller left; this one still holds it
+    thread.join(30)
+    assert fresh_blas_threads() == before
+
+
 def test_squared_distances_match_scipy():
     from scipy.spatial.distance import cdist
 

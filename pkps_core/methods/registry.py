@@ -19,6 +19,7 @@ from pkps_core.methods.irt import irt_predictions
 from pkps_core.methods.lrmc import lrmc_predictions
 from pkps_core.methods.sampling import (
     aipw_predictions,
+    mean_predictions,
     rs_learn_predictions,
     sample_predictions,
 )
@@ -57,6 +58,7 @@ class Method:
 METHODS: dict[str, Method] = {
     method.name: method
     for method in (
+        Method("mean", mean_predictions, False, summary="the references' mean score on the task"),
         Method("sample", sample_predictions, True, summary="mean of the cell's observed scores"),
         Method("irt", irt_predictions, True, summary="1PL (Rasch) IRT, binary tasks"),
         Method("lrmc", lrmc_predictions, False, summary="BenchPress low-rank completion"),

@@ -1,5 +1,5 @@
 """Methods that read the cell's own scored sample: the sample score, Random-Sampling-Learn
-and AIPW.
+and AIPW; and the references' task mean, the floor they are all compared with.
 
 References
 ----------
@@ -17,6 +17,21 @@ from pkps_core.methods.context import PredictionContext
 RS_LEARN_ALPHAS = (0.1, 1.0, 10.0)
 AIPW_ALPHA = 10.0
 MIN_REFERENCES = 5
+
+
+def mean_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
+    """The floor every method should beat: the mean reference score of the task over the
+    models allowed to inform the cell (reads nothing of the cell itself)."""
+    prediction, notes = context.empty_grid()
+    allowed = context.allowed()
+    references = context.training_references
+    usable = allowed[:, :, None] & np.isfinite(references)[None, :, :]
+    counts = usable.sum(axis=1)
+    totals = np.where(usable, references[None, :, :], 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prediction = np.where(counts > 0, totals / np.maximum(counts, 1), np.nan)
+    notes[counts == 0] = "mean: no reference model for this task"
+    return prediction, notes
 
 
 def sample_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
