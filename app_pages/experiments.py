@@ -3,7 +3,8 @@
 A thin page over :mod:`pkps_core.protocols`: choose a protocol, its levers and the seeds;
 each seed runs as one cached call (keyed by store path, store version and every setting),
 so the progress bar advances per seed and a rerun with the same inputs is instant. The
-store is the app's active store (:mod:`app_shared`), as on every page.
+store is the app's active store (:mod:`app_shared`), as on every page. The new-model protocol
+also shows its overall-score and interval tables (:func:`pkps_core.views.new_model_tables`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import plotly.express as px
 import streamlit as st
 
 import app_shared as shared
-from pkps_core import protocols
+from pkps_core import protocols, views
 from pkps_core.predict import METHODS
 
 LEVER_CHOICES = {
@@ -26,12 +27,14 @@ LEVER_CHOICES = {
     "p_task": [0.2, 0.35, 0.5, 0.7, 0.9, 1.0],
     "p_query": [0.1, 0.25, 0.5, 0.75, 1.0],
     "core_set": [10, 25, 50, 100],
+    "mode": ["scored", "responses-only"],
 }
 DEFAULTS = {
     "query-efficiency": {"budget": [1, 2, 4, 8], "rho": [0.0], "cohort": ["full"], "p_task": [1.0]},
     "completion": {"cohort": ["full"], "n_tasks": ["full"], "p_task": [0.5], "p_query": [0.5]},
     "interpolation": {"core_set": [50]},
     "extrapolation": {"core_set": [50]},
+    "new-model": {"budget": [1, 2, 4, 8, 16], "mode": ["scored", "responses-only"]},
 }
 # Keyword of protocols.run_protocol for each lever.
 ARGUMENTS = {
@@ -42,6 +45,7 @@ ARGUMENTS = {
     "p_task": "p_tasks",
     "p_query": "p_queries",
     "core_set": "core_sets",
+    "mode": "modes",
 }
 
 
@@ -53,12 +57,14 @@ def sweep_records(path: str, version: int) -> pd.DataFrame:
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def run_seed(path: str, version: int, protocol: str, settings: str, seed: int) -> pd.DataFrame:
-    """The long results of one seed (``settings``: JSON of levers and methods)."""
+    """The long results of one seed (``settings``: JSON of levers, methods, target share)."""
     options = json.loads(settings)
     levers = {
         ARGUMENTS[name]: [None if v == "full" else v for v in values]
         for name, values in options["levers"].items()
     }
+    if "target_share" in options:
+        levers["target_share"] = options["target_share"]
     result = protocols.run_protocol(
         sweep_records(path, version),
         protocol,
@@ -153,8 +159,9 @@ def similarity_chart(result: protocols.ProtocolResult) -> None:
 st.title("Experiments")
 st.caption(
     "Mask this cache the way the papers do and measure each method against the full-cache "
-    "scores: query efficiency (m queries per cell), completion (hidden cells), and the "
-    "interpolation / extrapolation splits."
+    "scores: query efficiency (m queries per cell), completion (hidden cells), the "
+    "interpolation / extrapolation splits, and new-model (complete references, new models "
+    "that answered m queries per task, scored or not yet judged)."
 )
 path = shared.active_path()
 version = shared.active_store().version
@@ -162,6 +169,16 @@ version = shared.active_store().version
 protocol = st.selectbox("Protocol", protocols.PROTOCOLS)
 with st.form("experiment"):
     levers = lever_inputs(protocol)
+    extra = {}
+    if protocol == "new-model":
+        extra["target_share"] = st.slider(
+            "Share of the families drawn as new models (targets)",
+            min_value=0.05,
+            max_value=0.75,
+            value=0.25,
+            step=0.05,
+            key="new-model-target_share",
+        )
     left, right = st.columns([3, 1])
     methods = left.multiselect(
         "Methods",
@@ -178,7 +195,7 @@ if submitted:
         st.stop()
     st.session_state["experiment_run"] = {
         "protocol": protocol,
-        "settings": json.dumps({"levers": levers, "methods": methods}, sort_keys=True),
+        "settings": json.dumps({"levers": levers, "methods": methods, **extra}, sort_keys=True),
         "seeds": int(n_seeds),
     }
 
@@ -210,6 +227,10 @@ st.dataframe(protocols.format_summary(result.summary, result.levers))
 improvement_chart(result)
 if "similarity" in result.long.columns:
     similarity_chart(result)
+for title, (caption, table) in views.new_model_tables(result).items():
+    st.subheader(title)
+    st.caption(caption)
+    st.dataframe(table)
 st.subheader("Wilcoxon signed-rank tests")
 st.caption(
     "Two-sided, on per-task mean error differences (method − comparator); negative "

@@ -272,6 +272,7 @@ def _components(text: str):
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pkps_core.predict import METHODS
     from pkps_core.protocols import format_summary, run_protocol
+    from pkps_core.views import new_model_tables
 
     if args.seeds < 1:
         raise RecordsError("--seeds must be at least 1")
@@ -303,6 +304,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         p_queries=args.p_query,
         n_tasks=args.n_tasks,
         core_sets=args.core_set,
+        modes=args.mode,
+        target_share=args.target_share,
         seeds=range(args.seeds),
         methods=args.methods,
         space_params=space_params,
@@ -320,6 +323,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if len(result.correlations):
             print("\nPearson r of model similarity vs normalised gap (binary tasks):")
             print(result.correlations.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        for title, (caption, table) in new_model_tables(result).items():
+            print(f"\n{title}. {caption}\n{table.to_string()}")
     return 0
 
 
@@ -416,10 +421,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--protocol",
         required=True,
-        choices=["query-efficiency", "completion", "interpolation", "extrapolation"],
+        choices=["query-efficiency", "completion", "interpolation", "extrapolation", "new-model"],
     )
     evaluate.add_argument(
-        "--budgets", type=_number_list(int), default=[1, 2, 4, 8], help="queries per cell m"
+        "--budgets",
+        type=_number_list(int),
+        default=None,
+        help="queries per cell m (default 1,2,4,8; new-model: 1,2,4,8,16)",
     )
     evaluate.add_argument("--rho", type=_number_list(float), default=[0.0], help="pairing")
     evaluate.add_argument(
@@ -445,6 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument(
         "--core-set", type=_number_list(int), default=[50], help="core-set size (splits)"
+    )
+    evaluate.add_argument(
+        "--mode", type=_csv_list, default=["scored", "responses-only"], help="new-model: modes"
+    )
+    evaluate.add_argument(
+        "--target-share", type=float, default=0.25, help="new-model: share of families as targets"
     )
     evaluate.add_argument("--seeds", type=int, default=4, help="number of seeds (0 … N-1)")
     evaluate.add_argument(

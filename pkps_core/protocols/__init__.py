@@ -7,11 +7,14 @@
 * ``"interpolation"`` / ``"extrapolation"`` ("How Benchmark Prediction from Fewer Data Misses
   the Mark"): source and target models, targets keep a shared core set; the error is the
   estimation gap, set against each target's similarity to the sources.
+* ``"new-model"`` (the users' situation): dense references, new target models (whole
+  families) that answered m queries per task, scored or responses-only; the cells, the
+  targets' overall scores and the intervals' coverage are reported.
 
 Modules, bottom up: :mod:`~pkps_core.protocols.masks` (preparing and masking a cache),
 :mod:`~pkps_core.protocols.similarity` (model similarity), :mod:`~pkps_core.protocols.reports`
 (the result, its summary and tests), :mod:`~pkps_core.protocols.sweep` (the sweep driver, its
-:class:`SweepOptions` and the four protocols), :mod:`~pkps_core.protocols.studies` (small
+:class:`SweepOptions` and the five protocols), :mod:`~pkps_core.protocols.studies` (small
 study drivers). Every public name is importable from here.
 
 References
@@ -22,14 +25,17 @@ the source–target splits, the estimation gap, model similarity and the normali
 """
 
 from pkps_core.protocols.masks import (
+    NEW_MODEL_MODES,
     SPLITS,
     cell_values,
     cells_of,
     choose_cohort,
+    choose_target_families,
     choose_tasks,
     cover_cells,
     full_scores,
     mask_completion,
+    mask_new_model,
     mask_query_efficiency,
     mask_split,
     prepare_records,
@@ -38,14 +44,21 @@ from pkps_core.protocols.masks import (
 )
 from pkps_core.protocols.reports import (
     COMPARATORS,
+    INTERVAL_COLUMNS,
     LEVERS,
     LONG_COLUMNS,
+    MODE_COMPARATORS,
     PROTOCOLS,
     SPLIT_COLUMNS,
     ProtocolResult,
     combine_results,
+    format_intervals,
     format_summary,
+    interval_table,
     make_result,
+    mode_wilcoxon_tests,
+    overall_scores,
+    overall_table,
     similarity_correlations,
     summary_table,
     wilcoxon_tests,
@@ -62,10 +75,13 @@ from pkps_core.protocols.studies import (
     synthetic_query_efficiency,
 )
 from pkps_core.protocols.sweep import (
+    DEFAULT_INTERVALS,
     DEFAULT_METHODS,
+    PROTOCOL_DEFAULT,
     Progress,
     SweepOptions,
     completion_protocol,
+    new_model_protocol,
     query_efficiency_protocol,
     run_protocol,
     run_sweep,
@@ -75,10 +91,15 @@ from pkps_core.protocols.sweep import (
 
 __all__ = [
     "COMPARATORS",
+    "DEFAULT_INTERVALS",
     "DEFAULT_METHODS",
+    "INTERVAL_COLUMNS",
     "LEVERS",
     "LONG_COLUMNS",
+    "MODE_COMPARATORS",
+    "NEW_MODEL_MODES",
     "PROTOCOLS",
+    "PROTOCOL_DEFAULT",
     "SPLITS",
     "SPLIT_COLUMNS",
     "Progress",
@@ -89,18 +110,26 @@ __all__ = [
     "cells_of",
     "chance_agreement",
     "choose_cohort",
+    "choose_target_families",
     "choose_tasks",
     "combine_results",
     "completion_protocol",
     "cover_cells",
     "estimation_gap_study",
+    "format_intervals",
     "format_summary",
     "full_scores",
+    "interval_table",
     "make_result",
     "mask_completion",
+    "mask_new_model",
     "mask_query_efficiency",
     "mask_split",
+    "mode_wilcoxon_tests",
     "model_similarity",
+    "new_model_protocol",
+    "overall_scores",
+    "overall_table",
     "prepare_records",
     "query_efficiency_protocol",
     "run_protocol",

@@ -2,8 +2,9 @@
 
 Each protocol's mask is a function of the prepared records and a seed:
 :func:`mask_query_efficiency` (budget, pairing, cohort, coverage), :func:`mask_completion`
-(hidden cells, thinned queries) and :func:`mask_split` (sources and targets with a shared
-core set, split by :func:`split_models`).
+(hidden cells, thinned queries), :func:`mask_split` (sources and targets with a shared
+core set, split by :func:`split_models`) and :func:`mask_new_model` (dense references, new
+target models thinned to a budget, scored or responses-only).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.embed import embed_records
-from pkps_core.records import validate_records
+from pkps_core.records import default_family, validate_records
 
 SPLITS = ("interpolation", "extrapolation")
+NEW_MODEL_MODES = ("scored", "responses-only")
 
 
 # ------------------------------------------------------------------------ preparation
@@ -253,6 +255,102 @@ def mask_split(
     frame = frame[keep].reset_index(drop=True)
     # A target with no core-set response in any task cannot be a target.
     return frame, np.sort(np.intersect1d(target_models, frame["model"].unique()))
+
+
+def choose_target_families(
+    families: np.ndarray, target_share: float, rng: np.random.Generator
+) -> np.ndarray:
+    """``round(target_share * n_families)`` distinct families (at least one) drawn at random.
+
+    At least two families must remain as references; ValueError otherwise.
+    """
+    if not 0.0 < target_share < 1.0:
+        raise ValueError(f"target_share must be in (0, 1), got {target_share}")
+    families = np.sort(np.unique(families))
+    n_targets = max(1, int(round(target_share * len(families))))
+    if len(families) - n_targets < 2:
+        raise ValueError(
+            f"target_share {target_share} of {len(families)} families leaves "
+            f"{len(families) - n_targets} reference family(ies); the new-model protocol needs "
+            "at least two families of references besides the targets"
+        )
+    return np.sort(rng.choice(families, size=n_targets, replace=False))
+
+
+def mask_new_model(
+    records: pd.DataFrame,
+    budget: int,
+    *,
+    mode: str = "scored",
+    target_share: float = 0.25,
+    seed: int = 0,
+    targets: np.ndarray | list[str] | None = None,
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """References keep everything; new target models answered ``budget`` queries per task.
+
+    The users' situation: the reference models' caches are complete, a new model has
+    answered a few queries of each task, either judged (``mode="scored"``) or not yet
+    (``mode="responses-only"``: its responses and embeddings, no scores).
+
+    Parameters
+    ----------
+    records : DataFrame
+        Prepared records (:func:`prepare_records`); ``family`` defaults to
+        :func:`pkps_core.records.default_family` of the model when the column is absent.
+    budget : int
+        Responses kept per target cell, drawn per model independently and without
+        replacement (:func:`subsample_cells` with ``rho=0``); a cell with at most
+        ``budget`` responses keeps them all.
+    mode : {"scored", "responses-only"}
+        In ``"responses-only"`` the targets' kept rows lose their ``score`` (NaN).
+    target_share : float in (0, 1)
+        Share of the families drawn as targets when ``targets`` is None (at least one
+        family; at least two must remain as references). Every model of a drawn family is
+        a target.
+    seed : int
+        Draws the target families, then the kept responses; the same seed gives the same
+        targets at every budget and mode, and at one budget the same responses in both
+        modes.
+    targets : sequence of str, optional
+        The target models, instead of drawing families.
+
+    Returns
+    -------
+    masked : DataFrame
+        The references' rows unchanged, then the targets' kept rows, with the input's
+        columns; a target cell's ``reference_score`` (when the column exists) is NaN, as a
+        new model has no full-task score.
+    targets : ndarray of str
+        The target models, sorted.
+    """
+    if budget < 1:
+        raise ValueError(f"budget must be at least 1, got {budget}")
+    if mode not in NEW_MODEL_MODES:
+        raise ValueError(f"mode must be one of {', '.join(NEW_MODEL_MODES)}, got {mode!r}")
+    rng = np.random.default_rng(seed)
+    families = (
+        records["family"] if "family" in records.columns else records["model"].map(default_family)
+    )
+    if targets is None:
+        chosen = choose_target_families(families.to_numpy(), target_share, rng)
+        targets = records.loc[families.isin(chosen).to_numpy(), "model"].unique()
+    targets = np.sort(np.asarray(targets, dtype=str))
+    unknown = np.setdiff1d(targets, records["model"].unique())
+    if len(unknown):
+        raise ValueError(f"unknown target model(s) {', '.join(map(repr, unknown[:5]))}")
+    is_target = records["model"].isin(targets).to_numpy()
+    if families[~is_target].nunique() < 2:
+        raise ValueError("the new-model protocol needs references from at least two families")
+    thinned = subsample_cells(
+        records[is_target], budget, rho=0.0, random_state=int(rng.integers(2**31))
+    )
+    thinned = thinned[list(records.columns)]
+    if "reference_score" in thinned.columns:
+        thinned["reference_score"] = np.nan
+    if mode == "responses-only" and "score" in thinned.columns:
+        thinned["score"] = np.nan
+    masked = pd.concat([records[~is_target], thinned], ignore_index=True)
+    return masked, targets
 
 
 def split_models(

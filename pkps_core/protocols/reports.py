@@ -2,7 +2,9 @@
 
 The summary follows the PKPS appendix "Sweeps and reporting" (per seed the mean over tasks of
 the per-task MAE, then mean ± SEM over seeds), the tests its "Statistical tests" (signed-rank
-tests on per-task error differences).
+tests on per-task error differences). The new-model protocol adds each target's overall
+score (:func:`overall_scores`, :func:`overall_table`) and the intervals' coverage and width
+(:func:`interval_table`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import pearsonr, wilcoxon
+from scipy.stats import pearsonr, spearmanr, wilcoxon
 
-PROTOCOLS = ("query-efficiency", "completion", "interpolation", "extrapolation")
+PROTOCOLS = ("query-efficiency", "completion", "interpolation", "extrapolation", "new-model")
 LEVERS = {
     "query-efficiency": ("budget", "rho", "cohort", "p_task"),
     "completion": ("cohort", "n_tasks", "p_task", "p_query"),
     "interpolation": ("core_set",),
     "extrapolation": ("core_set",),
+    "new-model": ("budget", "mode"),
 }
 # The comparator of the Wilcoxon tests and the lever whose smallest value the tests use
 # (None: every operating point is tested).
@@ -29,9 +32,15 @@ COMPARATORS = {
     "completion": ("lrmc", None),
     "interpolation": ("sample", None),
     "extrapolation": ("sample", None),
+    "new-model": ("sample", None),
 }
+# New-model: the comparator of each mode. Without the target's scores the sample score does
+# not exist; the references' task mean is the floor a method has to beat.
+MODE_COMPARATORS = {"scored": "sample", "responses-only": "mean"}
 LONG_COLUMNS = ("method", "model", "task", "y_true", "y_pred", "abs_err")
 SPLIT_COLUMNS = ("similarity", "normalised_gap")
+# Kept when the predictions carry intervals (always for new-model).
+INTERVAL_COLUMNS = ("lower", "upper", "n_responses")
 
 
 @dataclass
@@ -46,14 +55,20 @@ class ProtocolResult:
     long : DataFrame
         One row per (seed, lever values, method, target cell): ``seed, protocol, *levers,
         method, model, task, y_true, y_pred, abs_err`` (plus ``similarity`` and
-        ``normalised_gap`` for the split protocols). ``y_pred`` is NaN where a method does
-        not apply (e.g. IRT on non-binary scores).
+        ``normalised_gap`` for the split protocols; ``n_targets``,
+        :data:`INTERVAL_COLUMNS` and ``task_queries`` for new-model). ``y_pred`` is NaN
+        where a method does not apply (e.g. IRT on non-binary scores).
     summary : DataFrame
         :func:`summary_table` of ``long``.
     tests : DataFrame
-        :func:`wilcoxon_tests` of ``long``.
+        :func:`wilcoxon_tests` of ``long`` (new-model: per mode against its
+        :data:`MODE_COMPARATORS`).
     correlations : DataFrame
         :func:`similarity_correlations` (split protocols; empty otherwise).
+    overall : DataFrame
+        :func:`overall_table` (new-model; empty otherwise).
+    intervals : DataFrame
+        :func:`interval_table` (new-model; empty otherwise).
     """
 
     protocol: str
@@ -62,6 +77,8 @@ class ProtocolResult:
     summary: pd.DataFrame
     tests: pd.DataFrame
     correlations: pd.DataFrame = field(default_factory=pd.DataFrame)
+    overall: pd.DataFrame = field(default_factory=pd.DataFrame)
+    intervals: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def make_result(protocol: str, parts: Sequence[pd.DataFrame]) -> ProtocolResult:
@@ -72,13 +89,23 @@ def make_result(protocol: str, parts: Sequence[pd.DataFrame]) -> ProtocolResult:
     long = long.sort_values(sort, kind="stable").reset_index(drop=True)
     comparator, smallest = COMPARATORS[protocol]
     correlations = similarity_correlations(long) if "similarity" in long.columns else pd.DataFrame()
+    extra = {}
+    if protocol == "new-model":
+        tests = mode_wilcoxon_tests(long, levers)
+        extra = {
+            "overall": overall_table(overall_scores(long, levers), levers),
+            "intervals": interval_table(long, levers),
+        }
+    else:
+        tests = wilcoxon_tests(long, levers, comparator=comparator, smallest=smallest)
     return ProtocolResult(
         protocol=protocol,
         levers=levers,
         long=long,
         summary=summary_table(long, levers),
-        tests=wilcoxon_tests(long, levers, comparator=comparator, smallest=smallest),
+        tests=tests,
         correlations=correlations,
+        **extra,
     )
 
 
@@ -200,6 +227,30 @@ def wilcoxon_tests(
     return pd.DataFrame(rows, columns=columns)
 
 
+def mode_wilcoxon_tests(
+    long: pd.DataFrame,
+    levers: Sequence[str],
+    comparators: dict[str, str] | None = None,
+) -> pd.DataFrame:
+    """:func:`wilcoxon_tests` per ``mode`` (new-model), each against its own comparator.
+
+    ``comparators`` maps a mode to its comparator (default :data:`MODE_COMPARATORS`:
+    ``sample`` when the target is scored, ``mean`` when it is not); every operating point
+    is tested. Same columns as :func:`wilcoxon_tests`.
+    """
+    comparators = MODE_COMPARATORS if comparators is None else comparators
+    empty = wilcoxon_tests(long.iloc[:0], levers, comparator="")
+    if not len(long):
+        return empty
+    parts = [
+        wilcoxon_tests(long[long["mode"] == mode], levers, comparator=comparators[mode])
+        for mode in sorted(long["mode"].unique())
+        if mode in comparators
+    ]
+    parts = [part for part in parts if len(part)]
+    return pd.concat(parts, ignore_index=True) if parts else empty
+
+
 def _wilcoxon(differences: np.ndarray) -> tuple[float, float]:
     """Two-sided signed-rank test of ``differences`` against 0; NaN when undefined."""
     if not len(differences) or np.allclose(differences, 0.0):
@@ -228,17 +279,196 @@ def similarity_correlations(long: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "r", "p_value", "n"])
 
 
-def format_summary(summary: pd.DataFrame, levers: Sequence[str], digits: int = 4) -> pd.DataFrame:
-    """The summary as a levers × methods table of ``"mae ± sem"`` strings ("—": no value)."""
+def format_summary(
+    summary: pd.DataFrame,
+    levers: Sequence[str],
+    digits: int = 4,
+    *,
+    value: str = "mae",
+    error: str = "sem",
+) -> pd.DataFrame:
+    """The summary as a levers × methods table of ``"mae ± sem"`` strings ("—": no value).
+
+    ``value`` and ``error`` name the columns shown (e.g. ``"spearman"`` and
+    ``"spearman_sem"`` of :func:`overall_table`).
+    """
     if not len(summary):
         return pd.DataFrame()
     text = [
         "—"
         if not np.isfinite(mae)
         else f"{mae:.{digits}f} ± {0.0 if np.isnan(sem) else sem:.{digits}f}"
-        for mae, sem in zip(summary["mae"], summary["sem"], strict=True)
+        for mae, sem in zip(summary[value], summary[error], strict=True)
     ]
     frame = summary.assign(text=text)
+    return frame.pivot_table(
+        index=list(levers), columns="method", values="text", aggfunc="first", dropna=False
+    )
+
+
+# ------------------------------------------------------------------ new-model reporting
+
+
+def overall_scores(
+    long: pd.DataFrame, levers: Sequence[str], weights: pd.Series | None = None
+) -> pd.DataFrame:
+    """Each target's overall score per (seed, levers, method): the weighted mean over tasks.
+
+    The weight of a task is its number of distinct queries in the full records, so the
+    overall score is the score over all the benchmark's queries (a model's "leaderboard"
+    number). The same weights average the predictions and the truths.
+
+    Parameters
+    ----------
+    long : DataFrame
+        A long table (new-model: one row per seed, levers, method, target, task).
+    levers : sequence of str
+    weights : Series, optional
+        Indexed by task; default the long table's ``task_queries`` column.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``seed, *levers, method, model, y_true, y_pred, abs_err, n_tasks``;
+        ``y_pred`` is NaN when the method did not predict every task of the model.
+    """
+    keys = ["seed", *levers, "method", "model"]
+    columns = [*keys, "y_true", "y_pred", "abs_err", "n_tasks"]
+    if not len(long):
+        return pd.DataFrame(columns=columns)
+    w = long["task_queries"] if weights is None else long["task"].map(weights)
+    w = w.to_numpy(dtype=float)
+    if not (np.isfinite(w) & (w > 0)).all():
+        raise ValueError("every task needs a positive weight (its number of queries)")
+    frame = long[keys].assign(
+        w=w,
+        wt=w * long["y_true"].to_numpy(dtype=float),
+        wp=w * long["y_pred"].to_numpy(dtype=float),
+        missing=long["y_pred"].isna().to_numpy(),
+    )
+    grouped = frame.groupby(keys, sort=True, dropna=False)
+    sums = grouped[["w", "wt", "wp", "missing"]].sum()
+    out = pd.DataFrame(
+        {
+            "y_true": sums["wt"] / sums["w"],
+            "y_pred": (sums["wp"] / sums["w"]).where(sums["missing"] == 0),
+            "n_tasks": grouped.size(),
+        }
+    )
+    out["abs_err"] = (out["y_pred"] - out["y_true"]).abs()
+    return out.reset_index()[columns]
+
+
+def _spearman(truth: pd.Series, prediction: pd.Series) -> float:
+    """Spearman's rho over the finite pairs; NaN with fewer than three or a constant side."""
+    pairs = pd.DataFrame({"t": truth, "p": prediction}).dropna()
+    if len(pairs) < 3 or pairs.nunique().min() < 2:
+        return float("nan")
+    return float(spearmanr(pairs["t"], pairs["p"]).statistic)
+
+
+def overall_table(overall: pd.DataFrame, levers: Sequence[str]) -> pd.DataFrame:
+    """MAE and Spearman rank correlation of the overall scores over targets, then over seeds.
+
+    Per (seed, levers, method): the MAE over the targets with a prediction and Spearman's
+    rho between the targets' true and predicted overall scores (NaN with fewer than three
+    targets); then their mean and standard error over seeds (``std(ddof=1) / sqrt(n)``,
+    over the seeds where the value is finite).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``*levers, method, mae, sem, spearman, spearman_sem, n_seeds, n_targets,
+        coverage`` (``n_targets``: mean per seed; ``coverage``: share of targets predicted).
+    """
+    keys = [*levers, "method"]
+    columns = [*keys, "mae", "sem", "spearman", "spearman_sem", "n_seeds", "n_targets"]
+    columns.append("coverage")
+    if not len(overall):
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for key, part in overall.groupby(["seed", *keys], sort=True, dropna=False):
+        predicted = part["y_pred"].notna()
+        rows.append(
+            {
+                **dict(zip(["seed", *keys], key, strict=True)),
+                "mae": part.loc[predicted, "abs_err"].mean() if predicted.any() else np.nan,
+                "spearman": _spearman(part["y_true"], part["y_pred"]),
+                "n_targets": len(part),
+                "coverage": predicted.mean(),
+            }
+        )
+    grouped = pd.DataFrame(rows).groupby(keys, sort=True, dropna=False)
+    table = pd.DataFrame(
+        {
+            "mae": grouped["mae"].mean(),
+            "sem": grouped["mae"].std(ddof=1) / np.sqrt(grouped["mae"].count()),
+            "spearman": grouped["spearman"].mean(),
+            "spearman_sem": grouped["spearman"].std(ddof=1) / np.sqrt(grouped["spearman"].count()),
+            "n_seeds": grouped.size(),
+            "n_targets": grouped["n_targets"].mean(),
+            "coverage": grouped["coverage"].mean(),
+        }
+    )
+    return table.reset_index()[columns]
+
+
+def interval_table(long: pd.DataFrame, levers: Sequence[str]) -> pd.DataFrame:
+    """Coverage and width of the intervals on the target cells, per (levers, method).
+
+    Pooled over seeds and cells: ``coverage`` is the share of the cells with a finite
+    interval whose truth lies in it (``lower <= y_true <= upper``), ``mean_width`` their
+    mean ``upper - lower``, ``with_interval`` the share of all cells that have a finite
+    interval, ``n_cells`` the number of cells.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``*levers, method, coverage, mean_width, with_interval, n_cells`` (empty
+        when ``long`` has no ``lower`` / ``upper``).
+    """
+    keys = [*levers, "method"]
+    columns = [*keys, "coverage", "mean_width", "with_interval", "n_cells"]
+    if not len(long) or not {"lower", "upper"} <= set(long.columns):
+        return pd.DataFrame(columns=columns)
+    lower = long["lower"].to_numpy(dtype=float)
+    upper = long["upper"].to_numpy(dtype=float)
+    truth = long["y_true"].to_numpy(dtype=float)
+    finite = np.isfinite(lower) & np.isfinite(upper)
+    inside = np.where(finite, (lower <= truth) & (truth <= upper), np.nan)
+    frame = long[keys].assign(
+        inside=inside, width=np.where(finite, upper - lower, np.nan), finite=finite
+    )
+    grouped = frame.groupby(keys, sort=True, dropna=False)
+    table = pd.DataFrame(
+        {
+            "coverage": grouped["inside"].mean(),
+            "mean_width": grouped["width"].mean(),
+            "with_interval": grouped["finite"].mean(),
+            "n_cells": grouped.size(),
+        }
+    )
+    return table.reset_index()[columns]
+
+
+def format_intervals(
+    intervals: pd.DataFrame, levers: Sequence[str], digits: int = 2
+) -> pd.DataFrame:
+    """:func:`interval_table` as a levers × methods table of ``"coverage / width"`` strings.
+
+    ``"—"`` where a method has no interval on any cell; a share of cells with an interval
+    below 1 is appended in brackets (e.g. ``"0.88 / 0.31 (50%)"``).
+    """
+    if not len(intervals):
+        return pd.DataFrame()
+    text = []
+    for row in intervals.itertuples():
+        if not np.isfinite(row.coverage):
+            text.append("—")
+            continue
+        entry = f"{row.coverage:.{digits}f} / {row.mean_width:.{digits}f}"
+        text.append(entry if row.with_interval >= 1 else f"{entry} ({row.with_interval:.0%})")
+    frame = intervals.assign(text=text)
     return frame.pivot_table(
         index=list(levers), columns="method", values="text", aggfunc="first", dropna=False
     )

@@ -1,4 +1,4 @@
-"""The protocols as seeded sweeps: one driver over a lever grid and seeds, four protocols on it.
+"""The protocols as seeded sweeps: one driver over a lever grid and seeds, five protocols on it.
 
 A sweep prepares the records once, then at every (lever point, seed) masks them
 (:mod:`pkps_core.protocols.masks`), predicts the masked cache and scores the target cells
@@ -19,29 +19,38 @@ import pandas as pd
 
 from pkps_core.predict import build_context, predict
 from pkps_core.protocols.masks import (
+    NEW_MODEL_MODES,
     SPLITS,
     cell_values,
     cells_of,
     full_scores,
     mask_completion,
+    mask_new_model,
     mask_query_efficiency,
     mask_split,
     prepare_records,
 )
 from pkps_core.protocols.reports import (
+    INTERVAL_COLUMNS,
     LONG_COLUMNS,
     PROTOCOLS,
     ProtocolResult,
     make_result,
 )
 from pkps_core.protocols.similarity import similarity_and_spread
+from pkps_core.trust import task_query_counts
 
 DEFAULT_METHODS = {
     "query-efficiency": ("sample", "irt", "dkps", "pkps", "ensemble"),
     "completion": ("lrmc", "pkps", "ensemble"),
     "interpolation": ("sample", "rs-learn", "aipw", "pkps", "ensemble"),
     "extrapolation": ("sample", "rs-learn", "aipw", "pkps", "ensemble"),
+    "new-model": ("mean", "sample", "rs-learn", "aipw", "dkps", "pkps", "ensemble"),
 }
+# The interval level of each protocol's predictions when SweepOptions.intervals is left at
+# PROTOCOL_DEFAULT (absent: none). A protocol listed here always carries INTERVAL_COLUMNS.
+DEFAULT_INTERVALS = {"new-model": 0.9}
+PROTOCOL_DEFAULT = "default"
 
 Progress = Callable[[float, str], None]
 # evaluate(masked, cells, targets=None): the long rows of one fit at one seed (_evaluate).
@@ -70,6 +79,12 @@ class SweepOptions:
         Embeds the texts of records without embeddings (:func:`prepare_records`).
     progress : callable (fraction, message), optional
         Called once before the first run and after every (lever point, seed).
+    intervals : float or None
+        Coverage level of the conformal intervals of every prediction
+        (:func:`pkps_core.predict.predict`); None: no intervals (faster). The default,
+        :data:`PROTOCOL_DEFAULT`, is the protocol's :data:`DEFAULT_INTERVALS` (0.9 for
+        ``"new-model"``, None for the others). With intervals the long table carries
+        ``lower``, ``upper`` and ``n_responses`` (:data:`INTERVAL_COLUMNS`).
     """
 
     seeds: Sequence[int] = range(4)
@@ -78,6 +93,7 @@ class SweepOptions:
     space_params: Mapping[str, Any] | None = None
     embedder: Any = None
     progress: Progress | None = None
+    intervals: float | str | None = PROTOCOL_DEFAULT
 
 
 def sweep_options(options: SweepOptions | None = None, **fields: Any) -> SweepOptions:
@@ -112,20 +128,27 @@ def _evaluate(
     holdout: str,
     space_params: Mapping[str, Any] | None,
     seed: int,
+    intervals: float | None = None,
+    keep_intervals: bool = False,
 ) -> pd.DataFrame:
-    """Predict ``masked`` and keep the rows of ``cells`` with their truth and error."""
+    """Predict ``masked`` and keep the rows of ``cells`` with their truth and error.
+
+    With ``keep_intervals`` the rows also carry :data:`INTERVAL_COLUMNS` (``lower`` and
+    ``upper`` NaN unless ``intervals`` gives a level).
+    """
     context = build_context(
         masked,
         holdout=holdout,
         targets=list(targets) if targets is not None else None,
         space_params={**(space_params or {}), "random_state": seed},
     )
-    predictions = predict(context, methods)
+    predictions = predict(context, methods, intervals=intervals)
     wanted = cells[["model", "task"]].assign(y_true=cell_values(truth, cells))
-    frame = wanted.merge(predictions[["model", "task", "method", "prediction"]], how="inner")
-    frame = frame.rename(columns={"prediction": "y_pred"})
+    extra = list(INTERVAL_COLUMNS) if keep_intervals else []
+    kept = predictions[["model", "task", "method", "prediction", *extra]]
+    frame = wanted.merge(kept, how="inner").rename(columns={"prediction": "y_pred"})
     frame["abs_err"] = (frame["y_pred"] - frame["y_true"]).abs()
-    return frame[list(LONG_COLUMNS)]
+    return frame[[*LONG_COLUMNS, *extra]]
 
 
 def _with_levers(frame: pd.DataFrame, protocol: str, seed: int, values: dict) -> pd.DataFrame:
@@ -175,6 +198,11 @@ def run_sweep(
     records = prepare_records(records, options.embedder)
     truth = full_scores(records)
     methods = list(options.methods or DEFAULT_METHODS[protocol])
+    level = options.intervals
+    if isinstance(level, str):
+        if level != PROTOCOL_DEFAULT:
+            raise ValueError(f"intervals must be a level in (0, 1) or None, got {level!r}")
+        level = DEFAULT_INTERVALS.get(protocol)
     grid, seeds = _grid(levers), options.seeds
     total, parts = len(grid) * len(seeds), []
     _report(options.progress, 0, total, f"{protocol}: starting")
@@ -186,6 +214,8 @@ def run_sweep(
             holdout=options.holdout,
             space_params=options.space_params,
             seed=seed,
+            intervals=level,
+            keep_intervals=level is not None or protocol in DEFAULT_INTERVALS,
         )
         frame, values = step(records, point, seed, evaluate)
         if frame is not None:
@@ -227,6 +257,15 @@ def _split_step(
     sigma = frame.pop("sigma").where(lambda s: s > 0)
     frame["normalised_gap"] = frame["abs_err"] / sigma
     return frame, point
+
+
+def _new_model_step(
+    target_share: float, records: pd.DataFrame, point: dict, seed: int, evaluate: Evaluate
+) -> tuple[pd.DataFrame, dict]:
+    masked, targets = mask_new_model(records, target_share=target_share, seed=seed, **point)
+    frame = evaluate(masked, cells_of(records[records["model"].isin(targets)]), targets)
+    frame["task_queries"] = frame["task"].map(task_query_counts(records)).to_numpy()
+    return frame, {**point, "n_targets": len(targets)}
 
 
 def _core_set_label(values: dict) -> str:
@@ -302,31 +341,83 @@ def split_protocol(
     return run_sweep(split, records, levers, step, options, describe=_core_set_label)
 
 
+def new_model_protocol(
+    records: pd.DataFrame,
+    *,
+    budgets: Sequence[int] = (1, 2, 4, 8, 16),
+    modes: Sequence[str] = ("scored", "responses-only"),
+    target_share: float = 0.25,
+    options: SweepOptions | None = None,
+    **sweep: Any,
+) -> ProtocolResult:
+    """New models against dense references: the users' situation, every method measured.
+
+    At each (budget, mode) and seed, :func:`mask_new_model` draws ``target_share`` of the
+    families as targets (the same targets at every budget and mode of a seed) and keeps
+    ``budget`` responses per target cell, scored or responses-only; the references keep
+    every response. The targets are passed to the prediction as new models (their cells
+    never serve as references), under the holdout of ``options`` (family by default), and
+    only the target cells are scored, against their full-task scores in the input
+    (:func:`full_scores`). Predictions carry conformal intervals at
+    ``options.intervals`` (0.9 by default). Unknown modes, a share outside (0, 1) or a
+    budget below 1 raise ValueError before anything is prepared.
+
+    The long table has the levers ``budget`` and ``mode``, the number of targets
+    ``n_targets``, :data:`INTERVAL_COLUMNS` and ``task_queries`` (the task's distinct
+    queries in the input, the weight of the overall score); the result's ``overall`` and
+    ``intervals`` are :func:`~pkps_core.protocols.reports.overall_table` and
+    :func:`~pkps_core.protocols.reports.interval_table`. ``options`` and ``**sweep``: as
+    in :func:`query_efficiency_protocol`.
+    """
+    options = sweep_options(options, **sweep)
+    unknown = [mode for mode in modes if mode not in NEW_MODEL_MODES]
+    if unknown or not len(modes):
+        raise ValueError(f"modes must be among {', '.join(NEW_MODEL_MODES)}, got {list(modes)}")
+    if not 0.0 < target_share < 1.0:
+        raise ValueError(f"target_share must be in (0, 1), got {target_share}")
+    if not len(budgets) or min(budgets) < 1:
+        raise ValueError(f"budgets must be at least 1, got {list(budgets)}")
+    step = partial(_new_model_step, target_share)
+    levers = {"budget": budgets, "mode": modes}
+    return run_sweep("new-model", records, levers, step, options)
+
+
 def run_protocol(
     records: pd.DataFrame,
     protocol: str,
     *,
-    budgets: Sequence[int] = (1, 2, 4, 8),
+    budgets: Sequence[int] | None = None,
     rhos: Sequence[float] = (0.0,),
     cohorts: Sequence[int | None] = (None,),
     p_tasks: Sequence[float] | None = None,
     p_queries: Sequence[float] = (0.5,),
     n_tasks: Sequence[int | None] = (None,),
     core_sets: Sequence[int] = (50,),
+    modes: Sequence[str] = ("scored", "responses-only"),
+    target_share: float = 0.25,
     options: SweepOptions | None = None,
     **sweep: Any,
 ) -> ProtocolResult:
     """Run ``protocol`` (one of :data:`PROTOCOLS`) with the levers that apply to it.
 
-    ``p_tasks`` defaults to 1.0 for query efficiency and 0.5 for completion; levers that do
-    not belong to the protocol are ignored. ``options`` and ``**sweep``: as in
+    ``budgets`` defaults to (1, 2, 4, 8) for query efficiency and (1, 2, 4, 8, 16) for
+    new-model, ``p_tasks`` to 1.0 for query efficiency and 0.5 for completion; levers that
+    do not belong to the protocol are ignored. ``options`` and ``**sweep``: as in
     :func:`query_efficiency_protocol`.
     """
     options = sweep_options(options, **sweep)
+    if protocol == "new-model":
+        return new_model_protocol(
+            records,
+            budgets=budgets or (1, 2, 4, 8, 16),
+            modes=modes,
+            target_share=target_share,
+            options=options,
+        )
     if protocol == "query-efficiency":
         return query_efficiency_protocol(
             records,
-            budgets=budgets,
+            budgets=budgets or (1, 2, 4, 8),
             rhos=rhos,
             cohorts=cohorts,
             p_tasks=p_tasks or (1.0,),

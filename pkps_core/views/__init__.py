@@ -14,6 +14,7 @@ from pkps_core.views.data import (
     paginate,
     pairedness_matrix,
 )
+from pkps_core.views.experiments import new_model_tables
 from pkps_core.views.predictions import (
     cell_overview,
     error_bar_frame,
@@ -49,6 +50,7 @@ __all__ = [
     "model_order",
     "model_table",
     "nearest_neighbours",
+    "new_model_tables",
     "paginate",
     "pairedness_matrix",
     "per_task_mae",

@@ -1,0 +1,160 @@
+"""The new-model table on AlpacaEval: new models that answered m queries per task.
+
+Run from the repository root::
+
+    PYTHONPATH=. .venv/bin/python bench/new_model_table.py --seeds 8
+
+On ``../shared/data/alpaca_eval/alpaca_eval_40.parquet`` (40 models, 5 tasks, every model
+answered every item; scores are judge preferences in [0, 1]) with
+:func:`pkps_core.protocols.new_model_protocol`: per seed a quarter of the families (default
+family of each model id) are the new models (targets); each target keeps m ∈ {1, 2, 4, 8,
+16} responses per task, drawn per model, either scored or responses-only (the judge not yet
+run); the references keep everything. Family holdout; the targets never serve as
+references; truth = each target's full-task score. The texts are embedded once (TF-IDF +
+SVD, the default embedder) before any masking, as in ``bench/table1.py``.
+
+Printed as markdown, one block per mode:
+
+* cell MAE: mean ± SEM over seeds of the per-seed mean over tasks of the target cells' MAE;
+* overall MAE and Spearman: each target's overall score is the query-weighted mean over
+  tasks (weights: the task's queries in the full cache); MAE and Spearman rank correlation
+  over the targets per seed, mean ± SEM over seeds;
+* intervals: coverage of the 90 % conformal intervals (over the cells with one) / mean
+  width, and the share of cells with an interval in brackets when below 100 %;
+* Wilcoxon signed-rank tests (two-sided) of each method against the mode's comparator
+  (``sample`` when scored, ``mean`` when responses-only) on per-task mean differences.
+
+"—": the method does not apply (e.g. ``sample`` without scores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from pkps_core.protocols import (
+    DEFAULT_METHODS,
+    format_intervals,
+    format_summary,
+    new_model_protocol,
+    prepare_records,
+)
+
+ALPACA = Path(__file__).resolve().parents[2] / "shared/data/alpaca_eval/alpaca_eval_40.parquet"
+SPACES = {
+    "default": {},
+    "pca": {"query_components": 64, "response_components": "elbow"},
+}
+
+
+def _ints(text: str) -> list[int]:
+    return [int(item) for item in text.split(",") if item.strip()]
+
+
+def _markdown(table: pd.DataFrame, corner: str) -> str:
+    """``table`` (methods × budgets of strings) as a GitHub markdown table."""
+    header = [corner, *(f"m={column}" for column in table.columns)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method, row in table.iterrows():
+        lines.append("| " + " | ".join([str(method), *map(str, row.fillna("—"))]) + " |")
+    return "\n".join(lines)
+
+
+def _by_budget(formatted: pd.DataFrame, mode: str, methods: list[str]) -> pd.DataFrame:
+    """Rows of ``mode`` from a (budget, mode) × method table, as methods × budgets."""
+    if not len(formatted):
+        return pd.DataFrame()
+    part = formatted.xs(mode, level="mode")
+    return part.T.reindex([m for m in methods if m in part.columns])
+
+
+def _tests(tests: pd.DataFrame, mode: str) -> pd.DataFrame:
+    part = tests[tests["mode"] == mode]
+    if not len(part):
+        return pd.DataFrame()
+    text = [
+        f"Δ={row.mean_diff:+.4f}, p={row.p_value:.3g}" if pd.notna(row.p_value) else "—"
+        for row in part.itertuples()
+    ]
+    return part.assign(text=text).pivot_table(
+        index="method", columns="budget", values="text", aggfunc="first"
+    )
+
+
+def _progress(fraction: float, message: str) -> None:
+    print(f"  [{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--budgets", type=_ints, default=[1, 2, 4, 8, 16])
+    parser.add_argument("--modes", default="scored,responses-only")
+    parser.add_argument("--target-share", type=float, default=0.25)
+    parser.add_argument("--space", choices=sorted(SPACES), default="default")
+    parser.add_argument("--input", default=str(ALPACA))
+    parser.add_argument("--out", help="also write the long results here (.csv)")
+    args = parser.parse_args()
+    if not Path(args.input).exists():
+        print(f"skipped: {args.input} is absent")
+        return
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    methods = list(DEFAULT_METHODS["new-model"])
+
+    started = time.perf_counter()
+    records = prepare_records(pd.read_parquet(args.input))
+    print(
+        f"{len(records)} responses, {records['model'].nunique()} models, "
+        f"{records['family'].nunique()} families, {records['task'].nunique()} tasks; "
+        f"embedded once in {time.perf_counter() - started:.1f} s"
+    )
+    clock = time.perf_counter()
+    result = new_model_protocol(
+        records,
+        budgets=args.budgets,
+        modes=modes,
+        target_share=args.target_share,
+        seeds=range(args.seeds),
+        holdout="family",
+        space_params=SPACES[args.space],
+        progress=_progress,
+    )
+    print(f"new-model protocol: {time.perf_counter() - clock:.1f} s")
+    targets = result.long.groupby("seed")["n_targets"].first()
+    print(
+        f"\n{args.seeds} seeds, target share {args.target_share}: {targets.min()}–"
+        f"{targets.max()} target models per seed, space={args.space}"
+    )
+
+    levers = result.levers
+    cell = format_summary(result.summary, levers)
+    overall = format_summary(result.overall, levers)
+    spearman = format_summary(result.overall, levers, value="spearman", error="spearman_sem")
+    intervals = format_intervals(result.intervals, levers)
+    blocks = [
+        ("Cell MAE (mean ± SEM over seeds of the per-seed mean over tasks)", cell),
+        ("Overall-score MAE over targets (mean ± SEM over seeds)", overall),
+        ("Overall-score Spearman over targets (mean ± SEM over seeds)", spearman),
+        ("90 % intervals on target cells: coverage / mean width (share with one)", intervals),
+    ]
+    for mode in modes:
+        print(f"\n## {mode}")
+        for title, table in blocks:
+            print(f"\n{title}, {mode}:\n")
+            print(_markdown(_by_budget(table, mode, methods), "method"))
+        if len(result.tests):
+            comparator = result.tests.loc[result.tests["mode"] == mode, "comparator"]
+            versus = comparator.iloc[0] if len(comparator) else "—"
+            print(f"\nWilcoxon signed-rank vs {versus} (per-task mean differences), {mode}:\n")
+            print(_markdown(_tests(result.tests, mode), "method"))
+    print(f"\ntotal {time.perf_counter() - started:.1f} s")
+    if args.out:
+        result.long.to_csv(args.out, index=False)
+
+
+if __name__ == "__main__":
+    main()
