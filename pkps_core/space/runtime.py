@@ -7,10 +7,16 @@ meanwhile. The BLAS limit is process-wide by nature (it is the library's setting
 is reference-counted: concurrent fits share one limit and the last one out restores it;
 nobody waits for another's work. Large scratch buffers are recycled through
 :func:`borrow_buffer`, because a fresh one costs page faults on first touch.
+
+Measured limitation: OpenBLAS (0.3.30/0.3.31 here) ignores ``openblas_set_num_threads``
+called from a thread other than the main one once its own worker threads have run, so a
+fit started from a non-main thread (an app session) may keep BLAS multi-threaded; the
+results are the same, only the threads compete.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +29,7 @@ from threadpoolctl import ThreadpoolController
 MAX_IDLE_BUFFERS = 1
 
 _CONTROLLER: ThreadpoolController | None = None
+_CONTROLLER_MODULES = 0
 _STATE_LOCK = threading.Lock()  # held only while the limit or the idle list changes
 _LIMIT_DEPTH = 0
 _LIMITER = None
@@ -31,10 +38,15 @@ _IDLE_BUFFERS: list[np.ndarray] = []
 
 
 def _controller() -> ThreadpoolController:
-    """threadpoolctl's view of the loaded BLAS libraries, found once (the search costs
-    milliseconds per call)."""
-    global _CONTROLLER
-    if _CONTROLLER is None:
+    """threadpoolctl's view of the loaded BLAS libraries.
+
+    The search costs about 5 ms, so it is redone only when modules were imported since the
+    last one: a BLAS library loaded later (scipy's own OpenBLAS, torch's) would otherwise
+    escape the limit.
+    """
+    global _CONTROLLER, _CONTROLLER_MODULES
+    if _CONTROLLER is None or _CONTROLLER_MODULES != len(sys.modules):
+        _CONTROLLER_MODULES = len(sys.modules)
         _CONTROLLER = ThreadpoolController()
     return _CONTROLLER
 
