@@ -13,8 +13,10 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.methods import HOLDOUTS, METHODS, MethodResult, PredictionContext
+from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import prepare_cache
+from pkps_core.space.knn import cell_matrix
 from pkps_core.trust import trust_columns
 
 __all__ = [
@@ -51,14 +53,21 @@ def build_context(
     space_params: dict | None = None,
     n_neighbors: int = 5,
     embedder=None,
+    shadow_repeats: int = SHADOW_REPEATS,
 ) -> PredictionContext:
-    """Validate records and assemble the shared :class:`PredictionContext`."""
+    """Validate records and assemble the shared :class:`PredictionContext`.
+
+    With ``targets``, every reference model also gets ``shadow_repeats`` shadows
+    (:mod:`pkps_core.methods.shadows`): copies observed like the targets, on which the
+    bandwidth, the ensemble and the intervals are calibrated. ``shadow_repeats=0`` turns
+    them off (calibration then reads the references at their own budget).
+    """
     if holdout not in HOLDOUTS:
         raise ValueError(f"holdout must be 'model' or 'family', got {holdout!r}")
     frame = validate_records(records)
     prepared = prepare_cache(frame, embedder, validated=True)
     target_mask = None
-    if targets:
+    if targets is not None and len(targets):
         unknown = sorted(set(targets) - set(prepared.models))
         if unknown:
             raise RecordsError(
@@ -66,6 +75,11 @@ def build_context(
                 "model ids present in the input"
             )
         target_mask = np.isin(prepared.models, list(targets))
+    origin = None
+    if target_mask is not None and shadow_repeats > 0:
+        frame, prepared, target_mask, origin = _with_shadows(
+            frame, prepared, target_mask, shadow_repeats, (space_params or {}).get("random_state")
+        )
     return PredictionContext(
         records=frame,
         prepared=prepared,
@@ -73,7 +87,41 @@ def build_context(
         targets=target_mask,
         space_params=dict(space_params or {}),
         n_neighbors=n_neighbors,
+        origin=origin,
     )
+
+
+def _with_shadows(frame, prepared, targets, repeats, seed):
+    """The records and prepared cache with the references' shadows added; the targets
+    mask (shadows included) and each model's original (-1: not a shadow)."""
+    cells = prepared.cells
+    models, tasks = prepared.models, prepared.tasks
+    n = np.nan_to_num(cell_matrix(cells, models, tasks, "n_responses")).astype(int)
+    scored = np.isfinite(cell_matrix(cells, models, tasks, "sample_score"))
+    references = cell_matrix(cells, models, tasks, "reference")
+    references[targets] = np.nan
+    rows, origin_of = shadow_records(
+        prepared.frame,
+        models,
+        tasks,
+        n,
+        scored,
+        targets,
+        references,
+        repeats=repeats,
+        seed=0 if seed is None else int(seed),
+    )
+    if rows is None:
+        return frame, prepared, targets, None
+    augmented = prepare_cache(pd.concat([prepared.frame, rows], ignore_index=True), validated=True)
+    records = pd.concat([frame, rows[list(frame.columns)]], ignore_index=True)
+    position = {model: i for i, model in enumerate(augmented.models)}
+    origin = np.full(len(augmented.models), -1)
+    for shadow, model in origin_of.items():
+        origin[position[shadow]] = position[model]
+    real_targets = set(models[targets])
+    mask = np.array([m in real_targets for m in augmented.models]) | (origin >= 0)
+    return records, augmented, mask, origin
 
 
 def predict(
@@ -171,7 +219,11 @@ def predict(
                 }
             )
         )
-    return pd.concat(frames, ignore_index=True)[list(OUTPUT_COLUMNS)]
+    out = pd.concat(frames, ignore_index=True)[list(OUTPUT_COLUMNS)]
+    if context.has_shadows:
+        out = out[~np.repeat(context.shadows, n_tasks)[np.arange(len(out)) % (n_models * n_tasks)]]
+        out = out.reset_index(drop=True)
+    return out
 
 
 def mean_absolute_error(predictions: pd.DataFrame, truth: pd.DataFrame | None = None) -> pd.Series:

@@ -129,11 +129,6 @@ def test_targets_never_inform_the_references(dense):
     assert before["prediction"].notna().any()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the default 'cv' query bandwidth is chosen on every model's sample scores, "
-    "targets included, so a target's scores move the PKPS space of the references",
-)
 def test_targets_never_inform_the_references_under_cv_bandwidth(dense):
     masked, targets = P.mask_new_model(dense, 4, seed=0)
     before = _reference_predictions(masked, targets, ["pkps"], {})

@@ -42,6 +42,7 @@ def allowed_references(
     holdout: str,
     targets: np.ndarray | None = None,
     hidden: np.ndarray | None = None,
+    origin: np.ndarray | None = None,
 ) -> np.ndarray:
     """``allowed[i, j]``: model j's references and item scores may inform model i's cells.
 
@@ -52,6 +53,9 @@ def allowed_references(
         Exclude the model itself, or every model of its family.
     targets, hidden : ndarray of bool (n_models,), optional
         Models that never inform anyone (targets; a calibration fold's hidden models).
+    origin : ndarray of int (n_models,), optional
+        For a shadow (:mod:`pkps_core.methods.shadows`) the index of its original, which
+        never informs it (it shares the family too); -1 for every other model.
     """
     if holdout not in HOLDOUTS:
         raise ValueError(f"holdout must be 'model' or 'family', got {holdout!r}")
@@ -62,6 +66,9 @@ def allowed_references(
     for excluded in (targets, hidden):
         if excluded is not None:
             allowed &= ~np.asarray(excluded, dtype=bool)[None, :]
+    if origin is not None:
+        shadows = np.flatnonzero(np.asarray(origin) >= 0)
+        allowed[shadows, np.asarray(origin)[shadows]] = False
     return allowed
 
 
@@ -85,6 +92,10 @@ class PredictionContext:
         Results that read no reference, keyed by name; shared with :meth:`fold` contexts.
     cache : dict
         Results that read references, keyed by name; this context's alone.
+    origin : ndarray of int (n_models,) or None
+        Shadows (:mod:`pkps_core.methods.shadows`): the index of each shadow's original
+        model, -1 for the real models; None when the run has no shadows. Shadows are
+        targets; every calibration reads their cells (:attr:`calibration_truth`).
     """
 
     records: pd.DataFrame
@@ -95,6 +106,7 @@ class PredictionContext:
     n_neighbors: int = 5
     shared: dict = field(default_factory=dict, repr=False)
     cache: dict = field(default_factory=dict, repr=False)
+    origin: np.ndarray | None = None
 
     # ------------------------------------------------------------------ caches
 
@@ -137,6 +149,28 @@ class PredictionContext:
     @property
     def tasks(self) -> np.ndarray:
         return self.prepared.tasks
+
+    @property
+    def shadows(self) -> np.ndarray:
+        """Mask of the shadow models (all False without shadows)."""
+        if self.origin is None:
+            return np.zeros(len(self.models), dtype=bool)
+        return np.asarray(self.origin) >= 0
+
+    @property
+    def has_shadows(self) -> bool:
+        return bool(self.shadows.any())
+
+    @cached_property
+    def calibration_truth(self) -> np.ndarray:
+        """Per cell, the truth a shadow is judged against (its original's training
+        reference); NaN on every other cell."""
+        truth = np.full((len(self.models), len(self.tasks)), np.nan)
+        shadows = np.flatnonzero(self.shadows)
+        if len(shadows):
+            references = cell_matrix(self.prepared.cells, self.models, self.tasks, "reference")
+            truth[shadows] = references[np.asarray(self.origin)[shadows]]
+        return truth
 
     @property
     def seed(self) -> int:
@@ -182,7 +216,9 @@ class PredictionContext:
 
     def allowed(self, holdout: str | None = None) -> np.ndarray:
         """:func:`allowed_references` under ``holdout`` (default: the context's)."""
-        return allowed_references(self.families, holdout or self.holdout, self.targets)
+        return allowed_references(
+            self.families, holdout or self.holdout, self.targets, origin=self.origin
+        )
 
     def training_matrix(self, i: int, allowed: np.ndarray) -> np.ndarray:
         """The matrix model i's completion may see: allowed models' references, its own
@@ -197,9 +233,40 @@ class PredictionContext:
         """The fitted ``"pkps"`` (RBF query kernel) or ``"dkps"`` (delta) space."""
         kernel = {"pkps": "rbf", "dkps": "delta"}[name]
         params = {**self.space_params, "query_kernel": kernel}
-        return self.cached_shared(
-            ("space", name), lambda: PerspectiveSpace(**params).fit(self.prepared)
-        )
+
+        def fit() -> PerspectiveSpace:
+            excluded = self.models[self.targets] if self.targets is not None else None
+            space = PerspectiveSpace(**params).fit(self.prepared, cv_exclude=excluded)
+            if self.has_shadows and kernel == "rbf" and params.get("query_bandwidth", "cv") == "cv":
+                space = self._bandwidth_at_target_budget(space)
+            return space
+
+        return self.cached_shared(("space", name), fit)
+
+    def _bandwidth_at_target_budget(self, space: PerspectiveSpace) -> PerspectiveSpace:
+        """The grid bandwidth whose KNN predicts the shadows best (MAE against their
+        originals' references), instead of the fit's own cross-validation on every
+        model's observed scores: the shadows are observed like the targets, so this is
+        the choice for the targets' budget. The errors
+        are kept in ``target_cv_errors_`` (NaN where no shadow cell could be judged)."""
+        truth = self.calibration_truth
+        observed = (self.n_responses > 0) & np.isfinite(truth)
+        if not observed.any() or len(space.bandwidth_grid_) < 2:
+            return space
+        allowed, references = self.allowed(), self.training_references
+        errors = []
+        for bandwidth in space.bandwidth_grid_:
+            candidate = space.select_bandwidth(bandwidth)
+            knn = knn_grid_predictions(candidate.embedding_, references, allowed, self.n_neighbors)
+            usable = observed & np.isfinite(knn)
+            errors.append(np.abs(knn - truth)[usable].mean() if usable.any() else np.nan)
+        errors = np.asarray(errors)
+        if not np.isfinite(errors).any():
+            return space
+        best = float(space.bandwidth_grid_[int(np.nanargmin(errors))])
+        chosen = space if np.isclose(best, space.query_bandwidth_) else space.select_bandwidth(best)
+        chosen.target_cv_errors_ = errors
+        return chosen
 
     @property
     def pkps(self) -> PerspectiveSpace:

@@ -1,8 +1,11 @@
-"""The PKPS appendix "Ensemble": PKPS blended with the sample score or with LRMC.
+"""The ensemble: the PKPS appendix "Ensemble", and a stacked one for runs with targets.
 
-Scored cells: ``α·sample + (1 − α)·PKPS``; cells with no responses: ``α·LRMC + (1 − α)·
-PKPS completion``; α from a 21-point grid, validated per held-out group so that a group's
-own scores never choose its weight.
+Without targets (the papers' protocols): scored cells ``α·sample + (1 − α)·PKPS``; cells
+with no responses ``α·LRMC + (1 − α)·PKPS completion``; α from a 21-point grid, validated
+per held-out group so that a group's own scores never choose its weight.
+
+With targets, the weights are validated where the targets are, on the shadows
+(:mod:`pkps_core.methods.stacking`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pkps_core.methods.lrmc import (
     two_way_bias,
 )
 from pkps_core.methods.space_methods import residual_knn, whitened_knn_completion
+from pkps_core.methods.stacking import stacked_predictions
 from pkps_core.space.knn import weighted_knn
 
 ALPHA_GRID = np.linspace(0.0, 1.0, 21)
@@ -114,7 +118,8 @@ def _missing_alphas(
 
 
 def ensemble_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
-    """The PKPS appendix "Ensemble".
+    """The ensemble: :func:`stacked_predictions` when the run has shadows (targets), else
+    the PKPS appendix "Ensemble".
 
     Scored cells: ``α·sample + (1 − α)·PKPS`` with α per held-out group (family under
     family holdout, model under model holdout) from :data:`ALPHA_GRID` by leave-one-group-
@@ -122,6 +127,8 @@ def ensemble_predictions(context: PredictionContext) -> tuple[np.ndarray, np.nda
     ``α·LRMC + (1 − α)·PKPS completion`` with α by held-out cross-validation
     (:func:`_missing_alphas`). Cells with responses but no scores: PKPS alone.
     """
+    if context.has_shadows:
+        return stacked_predictions(context)
     prediction, notes = context.empty_grid()
     space = context.pkps
     distances = cdist(space.embedding_, space.embedding_)

@@ -51,7 +51,7 @@ class Method:
     summary: str = ""
 
     def __call__(self, context: PredictionContext) -> MethodResult:
-        prediction, notes = self.compute(context)
+        prediction, notes = context.cached(("method", self.name), lambda: self.compute(context))
         return MethodResult(prediction.copy(), notes.copy())
 
 

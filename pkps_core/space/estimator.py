@@ -200,7 +200,7 @@ class PerspectiveSpace(BaseEstimator):
         if len(prepared.models) < 2:
             raise ValueError("a perspective space needs at least two models")
 
-    def fit(self, records: pd.DataFrame | PreparedCache, y=None, *, embedder=None):
+    def fit(self, records: pd.DataFrame | PreparedCache, y=None, *, embedder=None, cv_exclude=None):
         """Fit the space on a cache.
 
         Parameters
@@ -212,11 +212,16 @@ class PerspectiveSpace(BaseEstimator):
             Unused (scikit-learn convention).
         embedder : object, optional
             Text embedder for caches without embeddings (ignored for a PreparedCache).
+        cv_exclude : sequence of str, optional
+            Models whose scores the bandwidth cross-validation must not read (neither
+            predicted nor neighbours): new models whose scores must not inform the
+            references' predictions. Kept for :meth:`update`.
 
         Returns
         -------
         self
         """
+        self.cv_exclude_ = np.asarray([] if cv_exclude is None else cv_exclude, dtype=str)
         prepared = (
             records if isinstance(records, PreparedCache) else prepare_cache(records, embedder)
         )
@@ -401,7 +406,13 @@ class PerspectiveSpace(BaseEstimator):
         if len(grid) > 1:
             self.cv_errors_ = np.array(
                 [
-                    loo_knn_error(fit[2], prepared.cells, prepared.models, self.cv_neighbors)
+                    loo_knn_error(
+                        fit[2],
+                        prepared.cells,
+                        prepared.models,
+                        self.cv_neighbors,
+                        exclude=np.isin(prepared.models, getattr(self, "cv_exclude_", [])),
+                    )
                     for fit in fits
                 ]
             )

@@ -73,16 +73,24 @@ def cell_matrix(
 
 
 def loo_knn_error(
-    embedding: np.ndarray, cells: pd.DataFrame, models: np.ndarray, k: int = 8
+    embedding: np.ndarray,
+    cells: pd.DataFrame,
+    models: np.ndarray,
+    k: int = 8,
+    *,
+    exclude: np.ndarray | None = None,
 ) -> float:
     """Leave-one-model-out distance-weighted KNN MAE of the observed sample scores.
 
     Each observed cell's sample score is predicted from the ``k`` nearest *other* models
     that observed the task; the error is the mean absolute error over observed cells.
-    This is the bandwidth criterion of the PKPS appendix ("Kernels").
+    This is the bandwidth criterion of the PKPS appendix ("Kernels"). Models marked in
+    ``exclude`` (bool, n_models) take no part: their scores are never read.
     """
     tasks = np.unique(cells["task"].to_numpy(dtype=str))
     sample = cell_matrix(cells, models, tasks, "sample_score")
+    if exclude is not None:
+        sample[np.asarray(exclude, dtype=bool)] = np.nan
     distances = cdist(embedding, embedding)
     not_self = ~np.eye(len(models), dtype=bool)
     errors = []

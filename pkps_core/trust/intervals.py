@@ -2,7 +2,10 @@
 
 ``prediction ± q · σ(cell)``: ``q`` is the split-conformal quantile of the normalised
 residuals ``|ŷ − reference| / σ`` of reference cells in runs that hide the cell's own
-family fold (cross-conformal over families), and ``σ`` a local difficulty per method.
+family fold (cross-conformal over families), and ``σ`` a local difficulty per method. When
+the run has targets, the calibration cells are instead the shadows' (references observed
+like the targets, :mod:`pkps_core.methods.shadows`), so the residuals are at the targets'
+budget.
 Why and how, in full: ``docs/trust.md``.
 
 References
@@ -169,6 +172,17 @@ def normalised_residuals(
     return out
 
 
+def shadow_residuals(
+    context: PredictionContext, prediction: np.ndarray, sigma: np.ndarray
+) -> np.ndarray:
+    """Calibration scores ``|ŷ − truth| / σ`` on the shadows' cells (see
+    :mod:`pkps_core.methods.shadows`): the references observed like the targets, predicted
+    from the other families' references and judged against their own full references."""
+    truth = context.calibration_truth
+    usable = context.shadows[:, None] & np.isfinite(truth) & np.isfinite(prediction) & (sigma > 0)
+    return np.abs(prediction - truth)[usable] / sigma[usable]
+
+
 @dataclasses.dataclass
 class Intervals:
     """Per-cell intervals of one method.
@@ -221,10 +235,15 @@ def prediction_intervals(
     n_models = len(context.models)
     quantile = np.full(n_models, np.nan)
     n_calibration = np.zeros(n_models, dtype=int)
-    for in_fold, scores in normalised_residuals(context, method, n_folds):
-        quantile[in_fold] = conformal_quantile(scores, level) if len(scores) else np.nan
-        n_calibration[in_fold] = len(scores)
     sigma = difficulty(context, method, context.training_references, context.allowed("family"))
+    if context.has_shadows:
+        scores = shadow_residuals(context, prediction, sigma)
+        quantile[:] = conformal_quantile(scores, level) if len(scores) else np.nan
+        n_calibration[:] = len(scores)
+    else:
+        for in_fold, scores in normalised_residuals(context, method, n_folds):
+            quantile[in_fold] = conformal_quantile(scores, level) if len(scores) else np.nan
+            n_calibration[in_fold] = len(scores)
     low, high = score_range(context)
     half = quantile[:, None] * sigma
     with np.errstate(invalid="ignore"):

@@ -1,0 +1,170 @@
+"""The ensemble of a run with targets: its members stacked with weights validated on the
+shadows (:mod:`pkps_core.methods.shadows`), references observed at the targets' budget.
+
+Every member that applies to a cell — the references' mean, the sample score, RS-Learn,
+AIPW, DKPS, PKPS, and LRMC on cells without responses — gets a weight on a 0.1-step simplex
+grid minimising the MAE of the shadows' cells that the same members apply to
+(:func:`stacking_weights`). The grid's corners are the members themselves, so on the shadows
+the blend is never worse than its best member; the weights move with the targets' budget
+because the shadows do (at m = 1 the sample score gets little weight, at m = 16 most).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from pkps_core.methods.context import PredictionContext
+from pkps_core.methods.lrmc import lrmc_predictions
+from pkps_core.methods.sampling import (
+    aipw_predictions,
+    mean_predictions,
+    rs_learn_predictions,
+    sample_predictions,
+)
+from pkps_core.methods.space_methods import space_predictions
+
+STACK_STEP = 10  # weights in steps of 1 / STACK_STEP
+STACK_MIN_CELLS = 20  # fewer calibration cells: the best single member instead
+STACK_FOLDS = 5  # family folds of the shadows' own (cross-fitted) ensemble predictions
+STACK_MEMBERS = {
+    "mean": mean_predictions,
+    "sample": sample_predictions,
+    "rs-learn": rs_learn_predictions,
+    "aipw": aipw_predictions,
+    "dkps": lambda context: space_predictions(context, "dkps"),
+    "pkps": lambda context: space_predictions(context, "pkps"),
+    "lrmc": lrmc_predictions,
+}
+
+
+def simplex_grid(k: int, steps: int = STACK_STEP) -> np.ndarray:
+    """Every weight vector of length ``k`` with entries in {0, 1/steps, …, 1} summing to 1
+    (stars and bars: ``C(steps + k − 1, k − 1)`` rows), heavier first members first."""
+    rows = []
+    for bars in itertools.combinations(range(steps + k - 1), k - 1):
+        edges = np.array([-1, *bars, steps + k - 1])
+        rows.append(np.diff(edges) - 1)
+    grid = np.asarray(rows, dtype=float).reshape(-1, k) / steps
+    return grid[np.lexsort(-grid.T[::-1])]
+
+
+def stacking_weights(members: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """The simplex-grid weights minimising ``mean |w · members − truth|``.
+
+    Parameters
+    ----------
+    members : ndarray (k, n)
+        Each member's predictions on n calibration cells.
+    truth : ndarray (n,)
+
+    Returns
+    -------
+    ndarray (k,) summing to 1. With fewer than :data:`STACK_MIN_CELLS` cells, the best
+    single member (weight 1); with none, equal weights.
+    """
+    k, n = members.shape
+    if n == 0:
+        return np.full(k, 1.0 / k)
+    if n < STACK_MIN_CELLS:
+        weights = np.zeros(k)
+        weights[int(np.argmin(np.abs(members - truth[None, :]).mean(axis=1)))] = 1.0
+        return weights
+    grid = simplex_grid(k)
+    errors = np.abs(grid @ members - truth[None, :]).mean(axis=1)
+    return grid[int(np.argmin(errors))]
+
+
+def member_predictions(context: PredictionContext) -> dict[str, np.ndarray]:
+    """The members' grids (cached on the context under the methods' own keys); LRMC only
+    on cells without responses, and only when a target has such a cell."""
+    out = {}
+    missing = context.n_responses == 0
+    targets = (
+        np.zeros(len(context.models), dtype=bool) if context.targets is None else context.targets
+    )
+    for name, compute in STACK_MEMBERS.items():
+        if name == "lrmc" and not (missing & targets[:, None]).any():
+            continue
+        prediction = context.cached(("method", name), lambda c=compute: c(context))[0]
+        if name == "lrmc":
+            prediction = np.where(missing, prediction, np.nan)
+        out[name] = prediction
+    return out
+
+
+def _shadow_folds(context: PredictionContext) -> np.ndarray:
+    """Family fold of each shadow (by its original's family), -1 for real models."""
+    folds = np.full(len(context.models), -1)
+    shadows = np.flatnonzero(context.shadows)
+    if not len(shadows):
+        return folds
+    family = context.families[np.asarray(context.origin)[shadows]]
+    names, index = np.unique(family, return_inverse=True)
+    rng = np.random.default_rng([context.seed, 11])
+    folds[shadows] = (rng.permutation(len(names)) % STACK_FOLDS)[index]
+    return folds
+
+
+def ensemble_weights(context: PredictionContext) -> pd.DataFrame:
+    """The stacking weights of the run: one row per (set of members that apply, fold).
+
+    ``fold`` is -1 for the weights applied to the real models (fitted on every shadow) and
+    k for those applied to the shadows of family fold k (fitted on the other folds).
+    Columns: ``members`` (tuple of names), ``fold``, ``n_calibration``, one column per
+    member name with its weight (NaN where it does not apply).
+    """
+    return context.cached("ensemble_weights", lambda: _ensemble_weights(context))
+
+
+def _ensemble_weights(context: PredictionContext) -> pd.DataFrame:
+    members = member_predictions(context)
+    names = list(members)
+    stack = np.stack([members[name] for name in names])
+    code = (np.isfinite(stack) * (2 ** np.arange(len(names)))[:, None, None]).sum(axis=0)
+    truth = context.calibration_truth
+    calibrating = context.shadows[:, None] & np.isfinite(truth)
+    folds = _shadow_folds(context)[:, None] + np.zeros((1, len(context.tasks)), dtype=int)
+    real = ~context.shadows[:, None]
+    rows = []
+    for pattern in np.unique(code[code > 0]):
+        used = [k for k in range(len(names)) if pattern & (1 << k)]
+        cells = code == pattern
+        for fold in [-1, *range(STACK_FOLDS)]:
+            apply = cells & (real if fold < 0 else folds == fold)
+            if not apply.any():
+                continue
+            fit = cells & calibrating & (folds != fold)
+            weights = stacking_weights(stack[used][:, fit], truth[fit])
+            row = {"members": tuple(names[k] for k in used), "fold": fold, "pattern": pattern}
+            row["n_calibration"] = int(fit.sum())
+            row.update({name: np.nan for name in names})
+            row.update({names[k]: w for k, w in zip(used, weights, strict=True)})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stacked_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
+    """Every cell as the weighted blend of the members that apply to it
+    (:func:`ensemble_weights`); a shadow's cells with the weights of the other folds."""
+    prediction, notes = context.empty_grid()
+    members = member_predictions(context)
+    names = list(members)
+    stack = np.stack([members[name] for name in names])
+    code = (np.isfinite(stack) * (2 ** np.arange(len(names)))[:, None, None]).sum(axis=0)
+    folds = _shadow_folds(context)[:, None] + np.zeros((1, len(context.tasks)), dtype=int)
+    real = ~context.shadows[:, None]
+    for row in ensemble_weights(context).to_dict("records"):
+        apply = (code == row["pattern"]) & (real if row["fold"] < 0 else folds == row["fold"])
+        used = [names.index(name) for name in row["members"]]
+        weights = np.array([row[name] for name in row["members"]])
+        prediction[apply] = np.tensordot(weights, stack[used][:, apply], axes=1)
+        if row["fold"] < 0 and row["n_calibration"] < STACK_MIN_CELLS:
+            notes[apply] = (
+                f"ensemble: {row['n_calibration']} shadow cells to validate weights on; "
+                "best single member (or equal weights)"
+            )
+    notes[np.isnan(prediction) & (notes == "")] = "ensemble: no member applies"
+    return prediction, notes

@@ -1,0 +1,109 @@
+"""Shadow references and the calibration at the targets' budget (dense references, thin
+targets): the situation where a check that passes at equal budgets can fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pkps_core.methods.ensemble import _observed_alphas
+from pkps_core.methods.stacking import ensemble_weights, simplex_grid, stacking_weights
+from pkps_core.predict import build_context, predict
+from pkps_core.synthetic import make_synthetic
+
+
+def thin_targets(records: pd.DataFrame, targets, budget: int, seed: int, *, scored=True):
+    """References untouched; each target cell keeps ``budget`` random responses."""
+    is_target = records["model"].isin(targets)
+    rows = records[is_target].sample(frac=1.0, random_state=seed)
+    rows = rows[rows.groupby(["model", "task"]).cumcount() < budget].copy()
+    if not scored:
+        rows["score"] = np.nan
+    return pd.concat([records[~is_target], rows], ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def dense():
+    # no reference_score column: a dense reference's reference is its own sample score
+    data = make_synthetic(n_models=30, n_tasks=4, budget=24, rho=0.0, random_state=5)
+    records = data.records.drop(columns=["reference_score"], errors="ignore")
+    families = sorted(records["family"].unique())
+    targets = sorted(records.loc[records["family"].isin(families[:2]), "model"].unique())
+    return records, targets
+
+
+def test_shadows_mirror_the_targets_and_never_inform(dense):
+    records, targets = dense
+    masked = thin_targets(records, targets, 2, seed=1, scored=False)
+    context = build_context(masked, holdout="model", targets=targets, shadow_repeats=2)
+    shadows = context.shadows
+    references = ~np.isin(context.models, targets) & ~shadows
+    assert shadows.sum() == 2 * references.sum()
+    origin = np.asarray(context.origin)
+    frame = context.records
+    for i in np.flatnonzero(shadows)[:6]:
+        own = frame[frame["model"] == context.models[i]]
+        original = frame[frame["model"] == context.models[origin[i]]]
+        # a subset of the original's responses, at a target's budget, scores removed like it
+        assert set(own["query_id"]) <= set(original["query_id"])
+        assert (context.n_responses[i] == 2).all()
+        assert own["score"].isna().all()
+        np.testing.assert_array_equal(
+            context.calibration_truth[i], context.training_references[origin[i]]
+        )
+    allowed = context.allowed()
+    assert not allowed[:, shadows].any()  # shadows inform nobody
+    assert not allowed[np.flatnonzero(shadows), origin[shadows]].any()  # nor by their original
+    assert np.isnan(context.training_references[shadows]).all()
+    out = predict(context, ["mean", "pkps"])
+    assert set(out["model"]) == set(records["model"])  # no shadow in the output
+    # turned off: no shadows, the same real models
+    plain = build_context(masked, holdout="model", targets=targets, shadow_repeats=0)
+    assert not plain.has_shadows and set(plain.models) == set(records["model"])
+
+
+def test_simplex_grid_and_stacking_weights():
+    grid = simplex_grid(4, 5)
+    assert len(grid) == 56  # C(8, 3)
+    np.testing.assert_allclose(grid.sum(axis=1), 1.0)
+    assert len(np.unique(grid, axis=0)) == len(grid)
+    rng = np.random.default_rng(0)
+    truth = rng.uniform(size=200)
+    good, bad = truth + rng.normal(0, 0.01, 200), rng.uniform(size=200)
+    weights = stacking_weights(np.stack([bad, good]), truth)
+    assert weights[1] >= 0.9
+    # a blend of two members with independent errors beats both
+    a, b = truth + rng.normal(0, 0.1, 200), truth + rng.normal(0, 0.1, 200)
+    weights = stacking_weights(np.stack([a, b]), truth)
+    assert 0.2 <= weights[0] <= 0.8
+
+
+def test_budget_mismatch_ensemble_is_calibrated_at_the_targets_budget(dense):
+    """Dense references, targets at m = 1. Validated on the references at their own
+    budget (old behaviour), the sample score's weight is 1: a dense reference's sample
+    score *is* its reference. Validated on the shadows, the sample score gets little
+    weight, and the ensemble beats the sample score on the targets."""
+    records, targets = dense
+    truth = records.groupby(["model", "task"])["score"].mean()
+    masked = thin_targets(records, targets, 1, seed=2)
+    old = build_context(masked, holdout="family", targets=targets, shadow_repeats=0)
+    space = old.pkps
+    from scipy.spatial.distance import cdist
+
+    alphas = _observed_alphas(old, cdist(space.embedding_, space.embedding_))
+    target_groups = np.unique(old.groups[np.isin(old.models, targets)])
+    assert all(alphas[g] == 1.0 for g in target_groups)
+
+    new = build_context(masked, holdout="family", targets=targets, shadow_repeats=2)
+    weights = ensemble_weights(new)
+    applied = weights[(weights["fold"] == -1) & weights["members"].map(lambda m: "sample" in m)]
+    assert len(applied) and (applied["sample"] < 0.5).all()
+
+    out = predict(new, ["sample", "dkps", "pkps", "ensemble"])
+    out = out[out["model"].isin(targets)].set_index(["model", "task"])
+    out["err"] = (out["prediction"] - truth.reindex(out.index)).abs()
+    mae = out.groupby("method")["err"].mean()
+    assert mae["ensemble"] < 0.8 * mae["sample"]
+    assert mae["pkps"] <= mae["dkps"] + 0.01  # the target-budget CV may choose the delta limit
+    assert mae["ensemble"] <= min(mae["pkps"], mae["dkps"]) + 0.02
