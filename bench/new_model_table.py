@@ -48,6 +48,8 @@ ALPACA = Path(__file__).resolve().parents[2] / "shared/data/alpaca_eval/alpaca_e
 SPACES = {
     "default": {},
     "pca": {"query_components": 64, "response_components": "elbow"},
+    "include": {"self_pairs": "include"},
+    "exclude": {"self_pairs": "exclude"},
 }
 
 

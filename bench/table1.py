@@ -38,6 +38,8 @@ METHODS = ["sample", "irt", "lrmc", "dkps", "pkps", "ensemble"]
 SPACES = {
     "default": {},
     "pca": {"query_components": 64, "response_components": "elbow"},
+    "include": {"self_pairs": "include"},
+    "exclude": {"self_pairs": "exclude"},
 }
 
 

@@ -205,6 +205,28 @@ class PredictionContext:
             references[self.targets] = np.nan
         return references
 
+    def item_sd(self) -> np.ndarray:
+        """Per task, the pooled within-cell standard deviation of the item scores."""
+
+        def compute() -> np.ndarray:
+            frame = self.records
+            sd = np.full(len(self.tasks), np.nan)
+            if "score" not in frame.columns:
+                return sd
+            scored = frame.dropna(subset=["score"])
+            cell_mean = scored.groupby(["model", "task"])["score"].transform("mean")
+            by_task = ((scored["score"] - cell_mean) ** 2).groupby(scored["task"]).mean() ** 0.5
+            return by_task.reindex(self.tasks).to_numpy(dtype=float)
+
+        return self.cached_shared("item_sd", compute)
+
+    def sampling_error(self) -> np.ndarray:
+        """Per cell, the standard error of its sample score, ``s_t / sqrt(n)`` (NaN where
+        the cell has no responses or the task no item SD)."""
+        n = self.n_responses.astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 0, self.item_sd()[None, :] / np.sqrt(n), np.nan)
+
     # ------------------------------------------------------------------ who informs whom
 
     @property

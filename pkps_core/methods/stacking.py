@@ -3,10 +3,18 @@ shadows (:mod:`pkps_core.methods.shadows`), references observed at the targets' 
 
 Every member that applies to a cell — the references' mean, the sample score, RS-Learn,
 AIPW, DKPS, PKPS, and LRMC on cells without responses — gets a weight on a 0.1-step simplex
-grid minimising the MAE of the shadows' cells that the same members apply to
-(:func:`stacking_weights`). The grid's corners are the members themselves, so on the shadows
-the blend is never worse than its best member; the weights move with the targets' budget
-because the shadows do (at m = 1 the sample score gets little weight, at m = 16 most).
+grid minimising the MAE over the shadow cells those members apply to
+(:func:`stacking_weights`). The grid's corners are the members themselves, so on the
+shadows the blend is never worse than its best member; the weights move with the targets'
+budget because the shadows do (at m = 1 the sample score gets little weight, at m = 16
+most).
+
+The shadows are the references, so they cannot show what happens to a target unlike every
+reference (a new model better than all of them: the extrapolation regime). The target's own
+scores can: where a model's pooled sample score and PKPS's pooled prediction differ by more
+than ``CONFLICT_Z`` standard errors (its sampling error and PKPS's error on the shadows), the
+embedding has nothing to say about it and its cells blend only the members that read its
+own scores (:func:`conflicted_models`).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from pkps_core.methods.space_methods import space_predictions
 STACK_STEP = 10  # weights in steps of 1 / STACK_STEP
 STACK_MIN_CELLS = 20  # fewer calibration cells: the best single member instead
 STACK_FOLDS = 5  # family folds of the shadows' own (cross-fitted) ensemble predictions
+CONFLICT_Z = 3.0  # own scores this many standard errors from PKPS: trust only the own scores
+OWN_SCORE_MEMBERS = ("sample", "aipw")
 STACK_MEMBERS = {
     "mean": mean_predictions,
     "sample": sample_predictions,
@@ -95,6 +105,44 @@ def member_predictions(context: PredictionContext) -> dict[str, np.ndarray]:
     return out
 
 
+def conflicted_models(context: PredictionContext, members: dict[str, np.ndarray]) -> np.ndarray:
+    """Models whose own scores contradict PKPS beyond noise.
+
+    Per model, over its tasks with both a sample score and a PKPS prediction: the pooled
+    difference ``d = mean_t (sample − pkps)``, against ``se = sqrt(Σ_t s_t²/n_t) / |T|``
+    (the pooled sample score's sampling error) and ``e`` = the RMS of PKPS's pooled error on
+    the shadows; conflicted where ``|d| > CONFLICT_Z · sqrt(se² + e²)``.
+    """
+    if "pkps" not in members or "sample" not in members:
+        return np.zeros(len(context.models), dtype=bool)
+    pkps, sample = members["pkps"], members["sample"]
+    both = np.isfinite(pkps) & np.isfinite(sample)
+    count = both.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diff = np.where(both, sample - pkps, 0.0).sum(axis=1) / count
+        variance = np.where(both, context.sampling_error() ** 2, 0.0).sum(axis=1) / count**2
+        truth = context.calibration_truth
+        judged = np.isfinite(pkps) & np.isfinite(truth)
+        pooled_error = np.where(judged, pkps - truth, 0.0).sum(axis=1) / judged.sum(axis=1)
+    shadow_errors = pooled_error[context.shadows & (judged.sum(axis=1) > 0)]
+    e2 = float(np.mean(shadow_errors**2)) if len(shadow_errors) else 0.0
+    scale = np.sqrt(variance + e2)
+    return (count > 0) & np.isfinite(scale) & (np.abs(diff) > CONFLICT_Z * scale)
+
+
+def _member_stack(context: PredictionContext) -> tuple[list[str], np.ndarray]:
+    """Member names and their grids stacked, with every member but the own-score ones
+    removed from conflicted models' cells."""
+    members = member_predictions(context)
+    names = list(members)
+    stack = np.stack([members[name] for name in names])
+    conflicted = conflicted_models(context, members)
+    for k, name in enumerate(names):
+        if name not in OWN_SCORE_MEMBERS:
+            stack[k, conflicted] = np.nan
+    return names, stack
+
+
 def _shadow_folds(context: PredictionContext) -> np.ndarray:
     """Family fold of each shadow (by its original's family), -1 for real models."""
     folds = np.full(len(context.models), -1)
@@ -120,9 +168,7 @@ def ensemble_weights(context: PredictionContext) -> pd.DataFrame:
 
 
 def _ensemble_weights(context: PredictionContext) -> pd.DataFrame:
-    members = member_predictions(context)
-    names = list(members)
-    stack = np.stack([members[name] for name in names])
+    names, stack = _member_stack(context)
     code = (np.isfinite(stack) * (2 ** np.arange(len(names)))[:, None, None]).sum(axis=0)
     truth = context.calibration_truth
     calibrating = context.shadows[:, None] & np.isfinite(truth)
@@ -136,7 +182,8 @@ def _ensemble_weights(context: PredictionContext) -> pd.DataFrame:
             apply = cells & (real if fold < 0 else folds == fold)
             if not apply.any():
                 continue
-            fit = cells & calibrating & (folds != fold)
+            covers = np.isfinite(stack[used]).all(axis=0)  # cells where these members apply
+            fit = covers & calibrating & (folds != fold)
             weights = stacking_weights(stack[used][:, fit], truth[fit])
             row = {"members": tuple(names[k] for k in used), "fold": fold, "pattern": pattern}
             row["n_calibration"] = int(fit.sum())
@@ -150,9 +197,7 @@ def stacked_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndar
     """Every cell as the weighted blend of the members that apply to it
     (:func:`ensemble_weights`); a shadow's cells with the weights of the other folds."""
     prediction, notes = context.empty_grid()
-    members = member_predictions(context)
-    names = list(members)
-    stack = np.stack([members[name] for name in names])
+    names, stack = _member_stack(context)
     code = (np.isfinite(stack) * (2 ** np.arange(len(names)))[:, None, None]).sum(axis=0)
     folds = _shadow_folds(context)[:, None] + np.zeros((1, len(context.tasks)), dtype=int)
     real = ~context.shadows[:, None]

@@ -25,27 +25,15 @@ def score_range(context: PredictionContext) -> tuple[float, float]:
 
 
 def task_item_sd(context: PredictionContext) -> np.ndarray:
-    """Per task, the pooled within-cell standard deviation of the item scores."""
-
-    def compute() -> np.ndarray:
-        frame = context.records
-        sd = np.full(len(context.tasks), np.nan)
-        if "score" not in frame.columns:
-            return sd
-        scored = frame.dropna(subset=["score"])
-        centred = scored["score"] - scored.groupby(["model", "task"])["score"].transform("mean")
-        by_task = (centred**2).groupby(scored["task"]).mean() ** 0.5
-        return by_task.reindex(context.tasks).to_numpy(dtype=float)
-
-    return context.cached_shared("item_sd", compute)
+    """Per task, the pooled within-cell standard deviation of the item scores
+    (:meth:`PredictionContext.item_sd`)."""
+    return context.item_sd()
 
 
 def sampling_error(context: PredictionContext) -> np.ndarray:
-    """Per cell, the standard error of its sample score: ``s_t / sqrt(n)`` (NaN where the
-    cell has no responses or the task no item SD)."""
-    n = context.n_responses.astype(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, task_item_sd(context)[None, :] / np.sqrt(n), np.nan)
+    """Per cell, the standard error of its sample score (:meth:`PredictionContext.
+    sampling_error`)."""
+    return context.sampling_error()
 
 
 def allowed_reference_stack(references: np.ndarray, allowed: np.ndarray) -> np.ndarray:
