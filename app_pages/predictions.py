@@ -24,6 +24,13 @@ def predict_with_intervals(*key_and_method) -> pd.DataFrame:
 
 
 st.title("Predictions")
+st.caption(
+    "A new model's full scores can be predicted from its responses alone, before any judge "
+    "has scored them: mark it as a target. With targets, every reference is also re-observed "
+    "like the targets (its *shadows*), and the bandwidth, the ensemble's weights and the "
+    "intervals are calibrated on those, at the targets' budget. How well that works on real "
+    "data (AlpacaEval, scored and responses-only) is in the README's new-model table."
+)
 path, version = shared.require_data()
 cells = shared.load_cells(path, version)
 models = sorted(cells["model"].unique())
@@ -63,7 +70,8 @@ with st.form("prediction_form"):
     intervals = st.checkbox(
         f"{INTERVAL_LEVEL:.0%} intervals and extrapolation warnings",
         value=settings.get("intervals", True),
-        help="Conformal intervals calibrated on held-out families' residuals; re-runs each "
+        help="Conformal intervals calibrated on held-out families' residuals (with targets: "
+        "on the shadows' residuals, at the targets' budget); without targets it re-runs each "
         "method once per family fold, so it takes several times longer.",
     )
     if st.form_submit_button("Predict", type="primary"):

@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--modes", default="scored,responses-only")
     parser.add_argument("--target-share", type=float, default=0.25)
     parser.add_argument("--space", choices=sorted(SPACES), default="default")
+    parser.add_argument("--neighbours", choices=["embedding", "distances"], default="embedding")
     parser.add_argument("--input", default=str(ALPACA))
     parser.add_argument("--out", help="also write the long results here (.csv)")
     args = parser.parse_args()
@@ -123,13 +124,14 @@ def main() -> None:
         seeds=range(args.seeds),
         holdout="family",
         space_params=SPACES[args.space],
+        neighbours=args.neighbours,
         progress=_progress,
     )
     print(f"new-model protocol: {time.perf_counter() - clock:.1f} s")
     targets = result.long.groupby("seed")["n_targets"].first()
     print(
         f"\n{args.seeds} seeds, target share {args.target_share}: {targets.min()}–"
-        f"{targets.max()} target models per seed, space={args.space}"
+        f"{targets.max()} target models per seed, space={args.space}, neighbours={args.neighbours}"
     )
 
     levers = result.levers

@@ -54,14 +54,18 @@ def build_context(
     n_neighbors: int = 5,
     embedder=None,
     shadow_repeats: int = SHADOW_REPEATS,
+    neighbours: str = "embedding",
 ) -> PredictionContext:
     """Validate records and assemble the shared :class:`PredictionContext`.
 
     With ``targets``, every reference model also gets ``shadow_repeats`` shadows
     (:mod:`pkps_core.methods.shadows`): copies observed like the targets, on which the
     bandwidth, the ensemble and the intervals are calibrated. ``shadow_repeats=0`` turns
-    them off (calibration then reads the references at their own budget).
+    them off (calibration then reads the references at their own budget). ``neighbours``:
+    see :class:`PredictionContext`.
     """
+    if neighbours not in ("embedding", "distances"):
+        raise ValueError(f"neighbours must be 'embedding' or 'distances', got {neighbours!r}")
     if holdout not in HOLDOUTS:
         raise ValueError(f"holdout must be 'model' or 'family', got {holdout!r}")
     frame = validate_records(records)
@@ -88,6 +92,7 @@ def build_context(
         space_params=dict(space_params or {}),
         n_neighbors=n_neighbors,
         origin=origin,
+        neighbours=neighbours,
     )
 
 

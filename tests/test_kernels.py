@@ -328,3 +328,41 @@ def test_squared_distances_match_scipy():
     own = kernels.squared_distances(a)
     assert np.all(np.diag(own) == 0) and np.all(own >= 0)
     np.testing.assert_allclose(own, cdist(a, a, "sqeuclidean"), rtol=1e-9, atol=1e-8)
+
+
+def test_excluded_self_pairs_fall_back_where_they_would_make_most_distances_negative():
+    """A paired cache under a narrow query kernel: every cross term holds the pairs of one
+    query with itself, the U-statistic diagonal none, so D² < 0 for most pairs and D would
+    collapse to 0. Eq. (1) as written is kept for every model instead."""
+    rng = np.random.default_rng(3)
+    n, n_queries = 6, 4
+    # every model answers the same 4 queries with nearly the same unit responses
+    base = rng.standard_normal((n_queries, 5))
+    responses = np.concatenate([base + 0.05 * rng.standard_normal(base.shape) for _ in range(n)])
+    responses /= np.linalg.norm(responses, axis=1, keepdims=True)
+    model_of = np.repeat(np.arange(n), n_queries)
+    query_of = np.tile(np.arange(n_queries), n)
+    same_query = (query_of[:, None] == query_of[None, :]).astype(float)
+    k_q = same_query + 1e-3 * (1 - same_query)  # narrow: other queries barely count
+    products = k_q * (responses @ responses.T)
+    onehot = np.eye(n)[model_of]
+    sums = kernels.KernelSums(
+        numerator=onehot.T @ products @ onehot,
+        denominator=onehot.T @ k_q @ onehot,
+        self_numerator=np.bincount(model_of, weights=np.diag(products), minlength=n),
+        self_denominator=np.bincount(model_of, weights=np.diag(k_q), minlength=n),
+    )
+    excluded, fallback = kernels.affinity_from_sums(sums, "exclude")
+    included, _ = kernels.affinity_from_sums(sums, "include")
+    assert fallback.all()
+    np.testing.assert_array_equal(excluded, included)
+    distance, _ = kernels.distance_from_affinity(excluded)
+    assert (distance[np.triu_indices(n, 1)] > 0).all()
+    # the raw U-statistic would have made most squared distances negative
+    raw = sums.numerator.copy()
+    raw[np.diag_indices(n)] -= sums.self_numerator
+    den = sums.denominator.copy()
+    den[np.diag_indices(n)] -= sums.self_denominator
+    affinity = raw / den
+    squared = np.diag(affinity)[:, None] + np.diag(affinity)[None, :] - 2 * affinity
+    assert np.mean(squared[np.triu_indices(n, 1)] < 0) > 0.5

@@ -107,3 +107,31 @@ def test_budget_mismatch_ensemble_is_calibrated_at_the_targets_budget(dense):
     assert mae["ensemble"] < 0.8 * mae["sample"]
     assert mae["pkps"] <= mae["dkps"] + 0.01  # the target-budget CV may choose the delta limit
     assert mae["ensemble"] <= min(mae["pkps"], mae["dkps"]) + 0.02
+
+
+def test_intervals_at_the_targets_budget_cover_and_are_not_vacuous(dense):
+    """Dense references without a reference_score column: calibrated at the references'
+    own budget, the methods that read a cell's own scores had nothing to calibrate on (a
+    dense reference's sample score is its reference). On the shadows every method gets
+    an interval, narrower than the score range, covering about 90 % of the target cells."""
+    records, _ = dense
+    truth = records.groupby(["model", "task"])["score"].mean()
+    families = sorted(records["family"].unique())
+    rows = []
+    for seed, chosen in enumerate([families[0:2], families[2:4], families[4:6]]):
+        targets = sorted(records.loc[records["family"].isin(chosen), "model"].unique())
+        masked = thin_targets(records, targets, 4, seed=seed)
+        context = build_context(
+            masked, holdout="family", targets=targets, space_params={"random_state": seed}
+        )
+        out = predict(context, ["sample", "pkps", "ensemble"], intervals=0.9)
+        rows.append(out[out["model"].isin(targets)])
+    out = pd.concat(rows, ignore_index=True)
+    out["truth"] = truth.reindex(pd.MultiIndex.from_frame(out[["model", "task"]])).to_numpy()
+    assert out[["lower", "upper"]].notna().all().all()
+    width = out["upper"] - out["lower"]
+    assert (width < 0.999).all()  # never the whole [0, 1]
+    assert (width.groupby(out["method"]).mean() < 0.7).all()
+    inside = (out["lower"] <= out["truth"]) & (out["truth"] <= out["upper"])
+    coverage = inside.groupby(out["method"]).mean()
+    assert coverage.between(0.75, 1.0).all(), coverage

@@ -67,7 +67,14 @@ def test_thin_but_ordinary_targets_are_not_outside_the_region(thin_family_member
     assert matched.sum() <= 1, context.models[targets][matched]
     # The check has teeth: calibrated on the fully observed references' own distances
     # (Eq. 1 as written, no budget matching) the same targets look out of region.
-    distances = context.pkps.distance_matrix_
+    from pkps_core.space import PerspectiveSpace
+
+    as_written = {
+        **SPACE,
+        "self_pairs": "include",
+        "query_bandwidth": context.pkps.query_bandwidth_,
+    }
+    distances = PerspectiveSpace(**as_written).fit(context.prepared).distance_matrix_
     references = context.training_references
     near = _nearest_reference(distances, references, context.allowed("family"))
     own = np.where(np.isfinite(references), near, np.nan)  # the references' own

@@ -96,6 +96,10 @@ class PredictionContext:
         Shadows (:mod:`pkps_core.methods.shadows`): the index of each shadow's original
         model, -1 for the real models; None when the run has no shadows. Shadows are
         targets; every calibration reads their cells (:attr:`calibration_truth`).
+    neighbours : {"embedding", "distances"}
+        Whether the KNN of the space methods measures distance in the MDS coordinates
+        (Eq. 2, the papers) or by D itself (no embedding error; new models placed by their
+        distance rows alone).
     """
 
     records: pd.DataFrame
@@ -107,6 +111,7 @@ class PredictionContext:
     shared: dict = field(default_factory=dict, repr=False)
     cache: dict = field(default_factory=dict, repr=False)
     origin: np.ndarray | None = None
+    neighbours: str = "embedding"
 
     # ------------------------------------------------------------------ caches
 
@@ -275,11 +280,9 @@ class PredictionContext:
         observed = (self.n_responses > 0) & np.isfinite(truth)
         if not observed.any() or len(space.bandwidth_grid_) < 2:
             return space
-        allowed, references = self.allowed(), self.training_references
         errors = []
         for bandwidth in space.bandwidth_grid_:
-            candidate = space.select_bandwidth(bandwidth)
-            knn = knn_grid_predictions(candidate.embedding_, references, allowed, self.n_neighbors)
+            knn = self.knn(space.select_bandwidth(bandwidth))
             usable = observed & np.isfinite(knn)
             errors.append(np.abs(knn - truth)[usable].mean() if usable.any() else np.nan)
         errors = np.asarray(errors)
@@ -322,7 +325,12 @@ class PredictionContext:
         return tables
 
     def knn(self, space: PerspectiveSpace) -> np.ndarray:
-        """Per-task KNN of every cell from the allowed references in ``space``."""
+        """Per-task KNN of every cell from the allowed references in ``space`` (by
+        :attr:`neighbours`)."""
         return knn_grid_predictions(
-            space.embedding_, self.training_references, self.allowed(), self.n_neighbors
+            space.embedding_,
+            self.training_references,
+            self.allowed(),
+            self.n_neighbors,
+            distances=space.distance_matrix_ if self.neighbours == "distances" else None,
         )

@@ -85,6 +85,9 @@ class SweepOptions:
         :data:`PROTOCOL_DEFAULT`, is the protocol's :data:`DEFAULT_INTERVALS` (0.9 for
         ``"new-model"``, None for the others). With intervals the long table carries
         ``lower``, ``upper`` and ``n_responses`` (:data:`INTERVAL_COLUMNS`).
+    neighbours : {"embedding", "distances"}
+        The space methods' KNN in the MDS coordinates or by D
+        (:func:`pkps_core.predict.build_context`).
     """
 
     seeds: Sequence[int] = range(4)
@@ -94,6 +97,7 @@ class SweepOptions:
     embedder: Any = None
     progress: Progress | None = None
     intervals: float | str | None = PROTOCOL_DEFAULT
+    neighbours: str = "embedding"
 
 
 def sweep_options(options: SweepOptions | None = None, **fields: Any) -> SweepOptions:
@@ -130,6 +134,7 @@ def _evaluate(
     seed: int,
     intervals: float | None = None,
     keep_intervals: bool = False,
+    neighbours: str = "embedding",
 ) -> pd.DataFrame:
     """Predict ``masked`` and keep the rows of ``cells`` with their truth and error.
 
@@ -141,6 +146,7 @@ def _evaluate(
         holdout=holdout,
         targets=list(targets) if targets is not None else None,
         space_params={**(space_params or {}), "random_state": seed},
+        neighbours=neighbours,
     )
     predictions = predict(context, methods, intervals=intervals)
     wanted = cells[["model", "task"]].assign(y_true=cell_values(truth, cells))
@@ -216,6 +222,7 @@ def run_sweep(
             seed=seed,
             intervals=level,
             keep_intervals=level is not None or protocol in DEFAULT_INTERVALS,
+            neighbours=options.neighbours,
         )
         frame, values = step(records, point, seed, evaluate)
         if frame is not None:

@@ -18,6 +18,8 @@ RESPONSE_KERNELS = ("linear", "rbf", "cosine")
 # below this fraction of the total, the difference has lost too many digits to use
 # (1e-6 leaves ~10 significant digits) and A_ii keeps the self pairs.
 SELF_PAIR_MIN_MASS = 1e-6
+# Share of model pairs with D² < 0 beyond which the U-statistic diagonal is not used.
+NEGATIVE_SHARE_LIMIT = 0.5
 PARALLEL_MIN_ENTRIES = 1 << 20  # kernel matrices at least this large are exponentiated in parallel
 UNDERFLOW_EXPONENT = 708.0  # exp(-708) ≈ 3.3e-308 is still a normal double
 _UNDERFLOW_VALUE = float(np.exp(-UNDERFLOW_EXPONENT))
@@ -208,7 +210,10 @@ def affinity_from_sums(
         response; the delta kernel, where every within-model pair is a self pair; or a
         bandwidth so narrow that the rest is below ``SELF_PAIR_MIN_MASS`` of the total) the
         excluded estimate is undefined or numerically meaningless and the included one is
-        kept.
+        kept. The excluded diagonal also lacks the pairs of one query with itself that the
+        cross terms have when models share queries (a paired cache under a narrow query
+        kernel); where that leaves more than half of the model pairs with D² < 0, Eq. (1) as
+        written is kept for every model.
 
     Returns
     -------
@@ -234,7 +239,19 @@ def affinity_from_sums(
         affinity = np.where(
             denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan
         )
+    if self_pairs == "exclude" and usable.any() and _mostly_negative(affinity):
+        affinity, _ = affinity_from_sums(sums, "include")
+        fallback = np.ones(n, dtype=bool)
     return affinity, fallback
+
+
+def _mostly_negative(affinity: np.ndarray) -> bool:
+    """More than :data:`NEGATIVE_SHARE_LIMIT` of the model pairs with D² < 0."""
+    diag = np.diag(affinity)
+    squared = diag[:, None] + diag[None, :] - 2.0 * affinity
+    off = squared[np.triu_indices_from(squared, 1)]
+    off = off[np.isfinite(off)]
+    return bool(len(off)) and float(np.mean(off < 0)) > NEGATIVE_SHARE_LIMIT
 
 
 def distance_from_affinity(affinity: np.ndarray) -> tuple[np.ndarray, int]:

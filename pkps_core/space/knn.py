@@ -108,7 +108,12 @@ def loo_knn_error(
 
 
 def knn_grid_predictions(
-    embedding: np.ndarray, references: np.ndarray, allowed: np.ndarray, k: int = 5
+    embedding: np.ndarray | None,
+    references: np.ndarray,
+    allowed: np.ndarray,
+    k: int = 5,
+    *,
+    distances: np.ndarray | None = None,
 ) -> np.ndarray:
     """KNN prediction of every (model, task) cell from the allowed models' references.
 
@@ -121,12 +126,15 @@ def knn_grid_predictions(
         ``allowed[i, j]``: model j's reference may inform model i's cells (see
         :func:`pkps_core.methods.context.allowed_references`).
     k : int
+    distances : ndarray (n_models, n_models), optional
+        Neighbours by these distances (e.g. D itself) instead of the embedding's.
 
     Returns
     -------
     ndarray (n_models, n_tasks)
     """
-    distances = cdist(embedding, embedding)
+    if distances is None:
+        distances = cdist(embedding, embedding)
     out = np.full(references.shape, np.nan)
     for t in range(references.shape[1]):
         out[:, t] = weighted_knn(distances, references[:, t], allowed, k)
