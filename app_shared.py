@@ -191,7 +191,9 @@ def prediction_coordinates(
         "pkps": views.summarize_space(context.pkps),
         "dkps": views.summarize_space(context.dkps),
     }
-    return views.coordinates_export(summaries)
+    export = views.coordinates_export(summaries)
+    # the references' shadows (calibration copies observed like the targets) are not models
+    return export[~export["model"].isin(context.models[context.shadows])].reset_index(drop=True)
 
 
 def alert(kind: str, headline: str, detail: str | None = None) -> None:
