@@ -60,9 +60,10 @@ def build_context(
 
     With ``targets``, every reference model also gets ``shadow_repeats`` shadows
     (:mod:`pkps_core.methods.shadows`): copies observed like the targets, on which the
-    bandwidth, the ensemble and the intervals are calibrated. ``shadow_repeats=0`` turns
-    them off (calibration then reads the references at their own budget). ``neighbours``:
-    see :class:`PredictionContext`.
+    bandwidth, the ensemble and the intervals are calibrated, and the space's
+    ``self_pairs`` defaults to ``"exclude"`` (the U-statistic: budgets differ).
+    ``shadow_repeats=0`` turns the shadows off (calibration then reads the references at
+    their own budget). ``neighbours``: see :class:`PredictionContext`.
     """
     if neighbours not in ("embedding", "distances"):
         raise ValueError(f"neighbours must be 'embedding' or 'distances', got {neighbours!r}")
@@ -79,17 +80,22 @@ def build_context(
                 "model ids present in the input"
             )
         target_mask = np.isin(prepared.models, list(targets))
+    space_params = dict(space_params or {})
+    if target_mask is not None and target_mask.any():
+        # unequal budgets (dense references, thin targets): the U-statistic, unbiased at
+        # any budget, unless the caller chose (README, "The numerics": the measurement)
+        space_params.setdefault("self_pairs", "exclude")
     origin = None
     if target_mask is not None and shadow_repeats > 0:
         frame, prepared, target_mask, origin = _with_shadows(
-            frame, prepared, target_mask, shadow_repeats, (space_params or {}).get("random_state")
+            frame, prepared, target_mask, shadow_repeats, space_params.get("random_state")
         )
     return PredictionContext(
         records=frame,
         prepared=prepared,
         holdout=holdout,
         targets=target_mask,
-        space_params=dict(space_params or {}),
+        space_params=space_params,
         n_neighbors=n_neighbors,
         origin=origin,
         neighbours=neighbours,

@@ -73,10 +73,11 @@ class PerspectiveSpace(BaseEstimator):
         Multiples of the median pairwise query distance tried by ``"cv"``.
     response_bandwidth : "median" or float, default="median"
         Bandwidth of an RBF response kernel; ``"median"`` = median pairwise response distance.
-    self_pairs : {"include", "exclude"}, default="exclude"
-        Drop the j = l terms of A_ii (a U-statistic, unbiased at any budget) or keep them
-        (Eq. 1 as written, whose self terms grow as a model's budget shrinks, so thin
-        models drift away from dense ones); see
+    self_pairs : {"include", "exclude"}, default="include"
+        Keep the j = l terms of A_ii (Eq. 1 as written) or drop them (a U-statistic,
+        unbiased at any budget: Eq. 1's self terms grow as a model's budget shrinks, so
+        thin models drift away from dense ones). Prediction runs with targets default to
+        ``"exclude"`` (:func:`pkps_core.predict.build_context`); see
         :func:`pkps_core.space.kernels.affinity_from_sums` and the README for the numbers.
     n_components : int, default=8
         MDS dimension d.
@@ -146,7 +147,7 @@ class PerspectiveSpace(BaseEstimator):
         query_bandwidth="cv",
         bandwidth_grid: tuple = BANDWIDTH_GRID,
         response_bandwidth="median",
-        self_pairs: str = "exclude",
+        self_pairs: str = "include",
         n_components: int = 8,
         cv_neighbors: int = 8,
         query_components=None,
