@@ -9,8 +9,10 @@ line 1 of the file, so data row *k* is on file line *k* + 1).
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import zlib
 from collections.abc import Iterable
 
 import numpy as np
@@ -169,7 +171,8 @@ def validate_records(
     DataFrame
         A copy with identifier columns as ``str``, scores as ``float``, ``family`` filled
         (default: :func:`default_family`), embedding cells as float arrays, and a fresh
-        ``RangeIndex``. Unknown columns are kept.
+        ``RangeIndex``. Missing texts are ``None``; a row without query text takes the
+        text other rows give its (task, query_id). Unknown columns are kept.
 
     Raises
     ------
@@ -208,7 +211,19 @@ def validate_records(
                 f"{column}"
             )
         as_text = values.map(lambda v: v if isinstance(v, str) else str(v))
-        frame[column] = as_text.where(~empty, None) if column not in REQUIRED_COLUMNS else as_text
+        if column not in REQUIRED_COLUMNS:
+            # object dtype: under pandas 3 a str column turns None back into NaN, which
+            # the store's Arrow conversion refuses.
+            as_text = as_text.astype(object).where(~empty.to_numpy(), None)
+        frame[column] = as_text
+
+    if "query" in frame.columns and frame["query"].isna().any():
+        # A query_id keeps one text: a row without it takes the text its other rows give.
+        known = frame.dropna(subset=["query"]).groupby(["task", "query_id"])["query"].first()
+        keys = pd.MultiIndex.from_frame(frame[["task", "query_id"]])
+        filled = pd.Series(known.reindex(keys).to_numpy(), index=frame.index, dtype=object)
+        frame["query"] = frame["query"].where(frame["query"].notna(), filled)
+        frame["query"] = frame["query"].astype(object).where(frame["query"].notna(), None)
 
     keys = ["model", "task", "query_id"]
     duplicated = frame.duplicated(keys, keep=False)
@@ -341,7 +356,11 @@ def read_records(path: str) -> pd.DataFrame:
             return pd.read_parquet(path)
         if lower.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")):
             sep = "\t" if ".tsv" in lower else ","
-            return pd.read_csv(path, sep=sep, dtype={"model": str, "task": str, "query_id": str})
+            return _read_delimited(path, sep)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise RecordsError(
+            f"{path} is a truncated or corrupt gzip file ({exc}); re-create or re-download it"
+        ) from None
     except UnicodeDecodeError as exc:
         raise RecordsError(
             f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 and retry"
@@ -354,3 +373,37 @@ def read_records(path: str) -> pd.DataFrame:
     except (OSError, ValueError) as exc:
         raise RecordsError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
     raise RecordsError(f"{path}: unknown file type; use .csv, .tsv or .parquet")
+
+
+# pandas' default NA tokens: in a score column they still mean "no score".
+_MISSING_NUMBER = {"na", "n/a", "nan", "-nan", "null", "none", "#n/a", "<na>", "-1.#ind", "1.#qnan"}
+
+
+def _read_delimited(path: str, sep: str) -> pd.DataFrame:
+    """A CSV/TSV with text verbatim: only an empty field is missing.
+
+    Texts such as ``NA``, ``None`` or ``null`` stay texts (pandas' default NA tokens are
+    off). In ``score`` / ``reference_score`` those tokens still mean "no score". An empty
+    ``response`` in a row with a score is the empty answer ``""`` (how pandas writes it),
+    unless the whole column is empty (a score-only cache).
+    """
+    frame = pd.read_csv(
+        path,
+        sep=sep,
+        dtype={c: str for c in TEXT_COLUMNS},
+        keep_default_na=False,
+        na_values=[""],
+    )
+    for column in ("score", "reference_score"):
+        if column in frame.columns and not pd.api.types.is_numeric_dtype(frame[column]):
+            values = frame[column].astype(object)
+            token = values.map(
+                lambda v: isinstance(v, str) and v.strip().lower() in _MISSING_NUMBER
+            )
+            frame[column] = values.where(~token.to_numpy(), None)
+    if "response" in frame.columns and "response_embedding" not in frame.columns:
+        empty = frame["response"].isna()
+        if "score" in frame.columns and not empty.all():
+            scored = pd.to_numeric(frame["score"], errors="coerce").notna()
+            frame["response"] = frame["response"].where(~(empty & scored), "")
+    return frame

@@ -195,6 +195,12 @@ class PerspectiveSpace(BaseEstimator):
             raise ValueError(f"self_pairs must be 'include' or 'exclude', got {self.self_pairs!r}")
         if int(self.n_components) < 1:
             raise ValueError("n_components must be >= 1")
+        if self.query_kernel == "rbf" and prepared.query_vectors is None and prepared.query_gap:
+            raise ValueError(
+                f"the RBF query kernel needs query text for every query; {prepared.query_gap}"
+                " — fill those texts, add query embeddings, or use the delta query kernel"
+                " (method dkps)"
+            )
         if self.query_kernel == "rbf" and prepared.query_vectors is None:
             raise ValueError(
                 "the RBF query kernel needs query text or query embeddings; this cache has "

@@ -14,7 +14,13 @@ import pandas as pd
 from sklearn.decomposition import PCA
 
 from pkps_core.embed import embed_records
-from pkps_core.records import RecordsError, cell_table, response_representation, validate_records
+from pkps_core.records import (
+    RecordsError,
+    _rows,
+    cell_table,
+    response_representation,
+    validate_records,
+)
 from pkps_core.space.kernels import ResponseLayout
 
 
@@ -74,6 +80,7 @@ class PreparedCache:
     representation: str
     cells: pd.DataFrame
     frame: pd.DataFrame
+    query_gap: str | None = None
 
 
 def _stack(column: pd.Series) -> np.ndarray:
@@ -96,6 +103,7 @@ def prepare_cache(
         and "query" in frame.columns
         and frame["query"].notna().all()
     )
+    query_gap = _query_gap(frame) if "query_embedding" not in frame.columns else None
     if needs_text_embedding:
         frame = embed_records(frame, embedder=embedder)
         representation = response_representation(frame)
@@ -138,6 +146,7 @@ def prepare_cache(
         task_of_response=task_idx,
         representation=representation,
         cells=cell_table(frame),
+        query_gap=query_gap,
         frame=frame,
     )
 
@@ -156,3 +165,17 @@ def reduce_dimension(vectors: np.ndarray, components, random_state) -> np.ndarra
     if n_keep >= vectors.shape[1]:
         return vectors
     return PCA(n_components=n_keep, random_state=random_state).fit_transform(vectors)
+
+
+def _query_gap(frame: pd.DataFrame) -> str | None:
+    """Which rows lack query text when others have it (the RBF query kernel needs all)."""
+    if "query" not in frame.columns:
+        return None
+    missing = frame["query"].isna()
+    if not missing.any() or missing.all():
+        return None
+    keys = frame.loc[missing, ["task", "query_id"]].drop_duplicates()
+    task, query_id = keys.iloc[0]
+    which = f"query_id {query_id!r} of task {task!r}"
+    which = f"{which} has" if len(keys) == 1 else f"{len(keys)} queries (e.g. {which}) have"
+    return f"{which} no query text: column 'query' is empty at {_rows(missing.to_numpy())}"
