@@ -179,16 +179,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+SELF_PAIRS_HELP = "default: exclude with --targets (budgets differ), else include"
+
+
 def _space_params(args: argparse.Namespace) -> dict:
-    params = {
-        "query_bandwidth": args.bandwidth,
-        "response_kernel": args.response_kernel,
-        "n_components": args.components,
-        "random_state": args.seed,
-    }
-    if args.self_pairs is not None:  # else build_context's default for the run
-        params["self_pairs"] = args.self_pairs
-    return params
+    params = {"query_bandwidth": args.bandwidth, "response_kernel": args.response_kernel}
+    params |= {"n_components": args.components, "random_state": args.seed}
+    return params | ({"self_pairs": args.self_pairs} if args.self_pairs else {})
 
 
 def cmd_next(args: argparse.Namespace) -> int:
@@ -378,12 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--bandwidth", type=_bandwidth, default="cv", help="cv | median | FLOAT")
     pred.add_argument("--targets", type=_csv_list, default=None, help="models to treat as new")
     pred.add_argument("--response-kernel", choices=["linear", "rbf", "cosine"], default="linear")
-    pred.add_argument(
-        "--self-pairs",
-        choices=["include", "exclude"],
-        default=None,
-        help="default: exclude with --targets (unequal budgets), include otherwise",
-    )
+    pred.add_argument("--self-pairs", choices=["include", "exclude"], help=SELF_PAIRS_HELP)
     pred.add_argument("--components", type=int, default=8, help="MDS dimension d")
     pred.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
     pred.add_argument("--seed", type=int, default=0)
@@ -401,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     nxt.add_argument("--holdout", choices=["model", "family"], default="model")
     nxt.add_argument("--bandwidth", type=_bandwidth, default="cv", help="cv | median | FLOAT")
     nxt.add_argument("--response-kernel", choices=["linear", "rbf", "cosine"], default="linear")
-    nxt.add_argument("--self-pairs", choices=["include", "exclude"], default=None)
+    nxt.add_argument("--self-pairs", choices=["include", "exclude"], help=SELF_PAIRS_HELP)
     nxt.add_argument("--components", type=int, default=8, help="MDS dimension d")
     nxt.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
     nxt.add_argument("--seed", type=int, default=0)
