@@ -231,9 +231,8 @@ def predict(
             )
         )
     out = pd.concat(frames, ignore_index=True)[list(OUTPUT_COLUMNS)]
-    if context.has_shadows:
-        out = out[~np.repeat(context.shadows, n_tasks)[np.arange(len(out)) % (n_models * n_tasks)]]
-        out = out.reset_index(drop=True)
+    if context.has_shadows:  # calibration copies, not models of the input
+        out = out[~out["model"].isin(context.models[context.shadows])].reset_index(drop=True)
     return out
 
 

@@ -172,9 +172,8 @@ class PredictionContext:
         reference); NaN on every other cell."""
         truth = np.full((len(self.models), len(self.tasks)), np.nan)
         shadows = np.flatnonzero(self.shadows)
-        if len(shadows):
-            references = cell_matrix(self.prepared.cells, self.models, self.tasks, "reference")
-            truth[shadows] = references[np.asarray(self.origin)[shadows]]
+        if len(shadows):  # an original is a reference, never a target
+            truth[shadows] = self.training_references[np.asarray(self.origin)[shadows]]
         return truth
 
     @property
@@ -280,16 +279,16 @@ class PredictionContext:
         observed = (self.n_responses > 0) & np.isfinite(truth)
         if not observed.any() or len(space.bandwidth_grid_) < 2:
             return space
+        candidates = [space.select_bandwidth(bandwidth) for bandwidth in space.bandwidth_grid_]
         errors = []
-        for bandwidth in space.bandwidth_grid_:
-            knn = self.knn(space.select_bandwidth(bandwidth))
+        for candidate in candidates:
+            knn = self.knn(candidate)
             usable = observed & np.isfinite(knn)
             errors.append(np.abs(knn - truth)[usable].mean() if usable.any() else np.nan)
         errors = np.asarray(errors)
         if not np.isfinite(errors).any():
             return space
-        best = float(space.bandwidth_grid_[int(np.nanargmin(errors))])
-        chosen = space if np.isclose(best, space.query_bandwidth_) else space.select_bandwidth(best)
+        chosen = candidates[int(np.nanargmin(errors))]
         chosen.target_cv_errors_ = errors
         return chosen
 

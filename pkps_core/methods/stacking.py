@@ -130,30 +130,36 @@ def conflicted_models(context: PredictionContext, members: dict[str, np.ndarray]
     return (count > 0) & np.isfinite(scale) & (np.abs(diff) > CONFLICT_Z * scale)
 
 
-def _member_stack(context: PredictionContext) -> tuple[list[str], np.ndarray]:
-    """Member names and their grids stacked, with every member but the own-score ones
-    removed from conflicted models' cells."""
-    members = member_predictions(context)
-    names = list(members)
-    stack = np.stack([members[name] for name in names])
-    conflicted = conflicted_models(context, members)
-    for k, name in enumerate(names):
-        if name not in OWN_SCORE_MEMBERS:
-            stack[k, conflicted] = np.nan
-    return names, stack
+def _member_stack(context: PredictionContext) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Member names, their grids stacked (every member but the own-score ones removed from
+    conflicted models' cells) and each cell's pattern code (bit k: member k applies);
+    computed once per context."""
+
+    def compute():
+        members = member_predictions(context)
+        names = list(members)
+        stack = np.stack([members[name] for name in names])
+        conflicted = conflicted_models(context, members)
+        for k, name in enumerate(names):
+            if name not in OWN_SCORE_MEMBERS:
+                stack[k, conflicted] = np.nan
+        code = (np.isfinite(stack) * (2 ** np.arange(len(names)))[:, None, None]).sum(axis=0)
+        return names, stack, code
+
+    return context.cached("ensemble_members", compute)
 
 
 def _shadow_folds(context: PredictionContext) -> np.ndarray:
-    """Family fold of each shadow (by its original's family), -1 for real models."""
+    """Per cell, the family fold of its shadow (by the original's family), -1 for the
+    real models' cells."""
     folds = np.full(len(context.models), -1)
     shadows = np.flatnonzero(context.shadows)
-    if not len(shadows):
-        return folds
-    family = context.families[np.asarray(context.origin)[shadows]]
-    names, index = np.unique(family, return_inverse=True)
-    rng = np.random.default_rng([context.seed, 11])
-    folds[shadows] = (rng.permutation(len(names)) % STACK_FOLDS)[index]
-    return folds
+    if len(shadows):
+        family = context.families[np.asarray(context.origin)[shadows]]
+        names, index = np.unique(family, return_inverse=True)
+        rng = np.random.default_rng([context.seed, 11])
+        folds[shadows] = (rng.permutation(len(names)) % STACK_FOLDS)[index]
+    return np.repeat(folds[:, None], len(context.tasks), axis=1)
 
 
 def ensemble_weights(context: PredictionContext) -> pd.DataFrame:
@@ -168,11 +174,10 @@ def ensemble_weights(context: PredictionContext) -> pd.DataFrame:
 
 
 def _ensemble_weights(context: PredictionContext) -> pd.DataFrame:
-    names, stack = _member_stack(context)
-    code = (np.isfinite(stack) * (2 ** np.arange(len(names)))[:, None, None]).sum(axis=0)
+    names, stack, code = _member_stack(context)
     truth = context.calibration_truth
     calibrating = context.shadows[:, None] & np.isfinite(truth)
-    folds = _shadow_folds(context)[:, None] + np.zeros((1, len(context.tasks)), dtype=int)
+    folds = _shadow_folds(context)
     real = ~context.shadows[:, None]
     rows = []
     for pattern in np.unique(code[code > 0]):
@@ -197,9 +202,8 @@ def stacked_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndar
     """Every cell as the weighted blend of the members that apply to it
     (:func:`ensemble_weights`); a shadow's cells with the weights of the other folds."""
     prediction, notes = context.empty_grid()
-    names, stack = _member_stack(context)
-    code = (np.isfinite(stack) * (2 ** np.arange(len(names)))[:, None, None]).sum(axis=0)
-    folds = _shadow_folds(context)[:, None] + np.zeros((1, len(context.tasks)), dtype=int)
+    names, stack, code = _member_stack(context)
+    folds = _shadow_folds(context)
     real = ~context.shadows[:, None]
     for row in ensemble_weights(context).to_dict("records"):
         apply = (code == row["pattern"]) & (real if row["fold"] < 0 else folds == row["fold"])
