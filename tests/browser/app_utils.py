@@ -221,6 +221,17 @@ def wait_for_charts(page, count: int) -> None:
     )
 
 
+def wait_for_scatters(page, n_points: int, count: int = 2) -> None:
+    """Wait until ``count`` Plotly charts each draw ``n_points`` points in all (other
+    charts on the page, e.g. a CV curve in an expander, may render first)."""
+    page.wait_for_function(
+        """([n, count]) => Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .filter(gd => gd.calcdata && gd.calcdata.reduce((s, c) => s + c.length, 0) === n)
+            .length >= count""",
+        arg=[n_points, count],
+    )
+
+
 def plotly_figures(page) -> list[dict]:
     """Every Plotly chart on the page, in page order: per trace its type, its number of
     drawn points (``calcdata``) and its x / y / customdata as plain lists."""

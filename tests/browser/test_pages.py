@@ -14,6 +14,7 @@ from app_utils import (
     screenshot,
     wait_for_app,
     wait_for_charts,
+    wait_for_scatters,
     watch,
     watched,
 )
@@ -59,7 +60,7 @@ def test_perspective_scatters_and_bandwidth_slider(demo_server, new_session):
     session = new_session().open(demo_server)
     go_to(session, "Perspective space")
     page = session.page
-    wait_for_charts(page, 2)
+    wait_for_scatters(page, N_MODELS)
     scatters = [f for f in plotly_figures(page) if len(f["traces"]) == 2][-2:]
     assert [sum(t["points"] for t in f["traces"]) for f in scatters] == [N_MODELS, N_MODELS]
     models = {row[0] for f in scatters for t in f["traces"] for row in t["customdata"]}

@@ -191,7 +191,7 @@ def test_hostile_names_are_stored_verbatim_and_shown_as_text(tmp_path, start_ser
     session.assert_clean()
 
     go_to(session, "Perspective space")
-    wait_for_charts(page, 2)
+    wait_for_charts(page, 3)  # the CV curve (in its expander) and both scatters
     scatter_index = len(plotly_figures(page)) - 2
     hovers = _hover_texts(page, scatter_index)
     assert len(hovers) >= 4, hovers
