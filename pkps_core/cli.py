@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.records import RecordsError, read_records
+from pkps_core.text import terminal_safe, terminal_safe_frame
 
 
 def _write_table(frame: pd.DataFrame, path: str) -> None:
@@ -82,33 +83,37 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from pkps_core.importers import load
+def _store(path: str, *, read_only: bool):
+    """The store at ``path``; a wait for another process is announced on stderr."""
     from pkps_core.store import Store
 
-    with Store(args.db) as store:
-        for source in args.paths:
-            started = time.perf_counter()
-            result = load(source, format=args.format)
-            for line in [*result.warnings, *result.skipped]:
-                print(f"  note: {line}")
-            report = store.ingest(result.records, source=str(source))
-            elapsed = time.perf_counter() - started
-            print(
-                f"{source}: {report.added} added, {report.replaced} replaced, "
-                f"{report.unchanged} unchanged ({elapsed:.1f} s)"
-            )
-            if report.replaced:
-                print(f"  {report.replaced} row(s) changed an existing (model, task, query_id)")
+    announce = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    return Store(path, read_only=read_only, create=not read_only, on_wait=announce)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from pkps_core.importers import load
+
+    loaded = []  # every file is read before the store is touched: one transaction
+    for source in args.paths:
+        started = time.perf_counter()
+        result = load(source, format=args.format)
+        loaded.append((source, result, time.perf_counter() - started))
+    with _store(args.db, read_only=False) as store:
+        started = time.perf_counter()
+        reports = store.ingest_many([(r.records, str(source)) for source, r, _ in loaded])
+        share = (time.perf_counter() - started) / len(loaded)
+    for (_, result, elapsed), report in zip(loaded, reports, strict=True):
+        for line in [*result.warnings, *result.skipped]:
+            print(terminal_safe(f"  note: {line}"))
+        print(terminal_safe(f"{report} ({elapsed + share:.1f} s)"))
+        if report.replaced:
+            print(f"  {report.replaced} row(s) changed an existing (model, task, query_id)")
     return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from pkps_core.store import Store
-
-    if not Path(args.db).exists():
-        raise RecordsError(f"no store at {args.db}; create one with `ingest FILE --db {args.db}`")
-    with Store(args.db) as store:
+    with _store(args.db, read_only=True) as store:
         summary = store.summary()
         print(
             f"{summary['models']} models, {summary['tasks']} tasks, "
@@ -139,11 +144,7 @@ def _input_records(args: argparse.Namespace) -> pd.DataFrame:
         raise RecordsError("give exactly one of --input FILE or --db PATH")
     if args.input:
         return read_records(args.input)
-    from pkps_core.store import Store
-
-    if not Path(args.db).exists():
-        raise RecordsError(f"no store at {args.db}; create one with `ingest FILE --db {args.db}`")
-    with Store(args.db) as store:
+    with _store(args.db, read_only=True) as store:
         return store.records()
 
 
@@ -215,13 +216,14 @@ def cmd_next(args: argparse.Namespace) -> int:
     )
     elapsed = time.perf_counter() - started
     if not len(ranking):
-        print(f"{args.target}: every cell is fully observed; nothing left to evaluate")
+        print(f"{terminal_safe(args.target)}: every cell is fully observed; nothing to evaluate")
         return 0
+    target = terminal_safe(args.target)
     print(
-        f"cells of {args.target} to evaluate next, widest {args.interval:.0%} interval "
+        f"cells of {target} to evaluate next, widest {args.interval:.0%} interval "
         f"({args.method}) first ({elapsed:.1f} s):"
     )
-    shown = ranking.drop(columns=["model", "method"])
+    shown = terminal_safe_frame(ranking.drop(columns=["model", "method"]))
     with pd.option_context("display.width", 200, "display.max_colwidth", 80):
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     return 0
@@ -486,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except (RecordsError, ValueError) as exc:
         message = " ".join(str(exc).split())
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {terminal_safe(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -292,6 +292,19 @@ class PredictionContext:
         chosen.target_cv_errors_ = errors
         return chosen
 
+    def space_unavailable(self, name: str) -> str | None:
+        """Why the ``name`` space cannot be fitted on this cache (None: it can): PKPS's
+        RBF query kernel needs query text or query embeddings, which a score-only cache
+        lacks. A cache with text for only some queries is not excused: fitting names the
+        rows to fill."""
+        prepared = self.prepared
+        if name == "pkps" and prepared.query_vectors is None and not prepared.query_gap:
+            return (
+                "PKPS needs query text or query embeddings; this cache has neither "
+                "(add a 'query' column, or use dkps)"
+            )
+        return None
+
     @property
     def pkps(self) -> PerspectiveSpace:
         return self.space("pkps")

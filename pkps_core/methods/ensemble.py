@@ -130,10 +130,11 @@ def ensemble_predictions(context: PredictionContext) -> tuple[np.ndarray, np.nda
     if context.has_shadows:
         return stacked_predictions(context)
     prediction, notes = context.empty_grid()
-    space = context.pkps
+    name = "pkps" if context.space_unavailable("pkps") is None else "dkps"  # score-only
+    space = context.space(name)
     distances = cdist(space.embedding_, space.embedding_)
     pkps_knn = context.knn(space)
-    completion = whitened_knn_completion(context, "pkps")
+    completion = whitened_knn_completion(context, name)
     groups = context.groups
     scored = np.isfinite(context.sample)
     missing = context.n_responses == 0

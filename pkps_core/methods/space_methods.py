@@ -76,7 +76,12 @@ def whitened_knn_completion(context: PredictionContext, space: str) -> np.ndarra
 
 def space_predictions(context: PredictionContext, space: str) -> tuple[np.ndarray, np.ndarray]:
     """KNN in the ``space`` ("pkps" or "dkps") on observed cells, the whitened-residual KNN
-    (:func:`whitened_knn_completion`) on cells with no responses."""
+    (:func:`whitened_knn_completion`) on cells with no responses; NaN with the reason on
+    every cell where the space cannot be fitted (:meth:`PredictionContext.space_unavailable`)."""
+    reason = context.space_unavailable(space)
+    if reason is not None:
+        shape = (len(context.models), len(context.tasks))
+        return np.full(shape, np.nan), np.full(shape, reason, dtype=object)
     prediction = context.knn(context.space(space))
     missing = context.n_responses == 0
     if missing.any():

@@ -7,5 +7,6 @@ between vectors, Arrow and DuckDB results, and ``locks`` the per-file write lock
 
 from pkps_core.store.core import Store
 from pkps_core.store.ingest import IngestReport, text_hash
+from pkps_core.store.opening import StoreError
 
-__all__ = ["IngestReport", "Store", "text_hash"]
+__all__ = ["IngestReport", "Store", "StoreError", "text_hash"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,8 +20,10 @@ from pkps_core.store.ingest import (
     _check_embedding_lengths,
     _incoming_table,
     _merge,
+    score_range_notes,
 )
 from pkps_core.store.locks import _write_lock
+from pkps_core.store.opening import StoreError, check_is_store, check_path, connect
 from pkps_core.store.schema import _CONTENT_COLUMNS, _EMBEDDING_COLUMNS, _SCALAR_COLUMNS, _SCHEMA
 
 
@@ -31,8 +33,16 @@ class Store:
     Parameters
     ----------
     path : str or Path
-        The database file; it and its folder are created on first use. ``":memory:"``
-        gives a throw-away in-memory store.
+        The database file; it and its folder are created on first use (unless
+        ``create=False``). ``":memory:"`` gives a throw-away in-memory store.
+    read_only : bool, default=False
+        Open an existing store for reading only: any number of processes may read one
+        file at once; embeddings missing from it are computed in memory, not stored.
+    create : bool, default=True
+        False refuses a path with no store (e.g. a mistyped path) instead of creating it.
+    wait : float, optional
+        Seconds to wait while another process holds the file (default ``PKPS_STORE_WAIT``
+        or 30); ``on_wait(message)`` is called once when the wait starts.
 
     Notes
     -----
@@ -41,8 +51,11 @@ class Store:
     own cursor, so a store can be shared across threads (e.g. ``st.cache_resource``). Writes
     (ingests, new embeddings) to one file are serialised by a per-file lock
     (:mod:`pkps_core.store.locks`): DuckDB's optimistic concurrency would otherwise abort the
-    second of two concurrent ingests ("Conflict on update" of the version counter). Other
-    processes cannot open a file that one process holds open for writing (DuckDB's file lock).
+    second of two concurrent ingests ("Conflict on update" of the version counter). Across
+    processes DuckDB's file lock lets one writer or many readers hold a file; a process
+    that finds it held waits (``wait``) and then fails with one line naming the holder
+    (:mod:`pkps_core.store.opening`). A store this object created is removed again when a
+    ``with`` block leaves it empty because of an error.
 
     Examples
     --------
@@ -51,15 +64,38 @@ class Store:
     ...     records = store.records(tasks=["gsm8k"])
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        create: bool = True,
+        wait: float | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._connection = duckdb.connect(self.path)
+        self.read_only = bool(read_only)
+        self._new_paths: list[Path] = []  # file and folders this object created
+        if self.path == ":memory:":
+            self._connection = duckdb.connect(self.path)
+        else:
+            if check_path(self.path, create=create and not read_only):
+                target = Path(self.path)
+                self._new_paths = [target, *[p for p in target.parents if not p.exists()]]
+                target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._connection = connect(
+                    self.path, read_only=self.read_only, wait=wait, on_wait=on_wait
+                )
+                check_is_store(self._connection, self.path)
+            except BaseException:
+                self._remove_new_paths()
+                raise
         self._write_lock = _write_lock(self.path)
-        with self._write_lock, self._cursor() as cur:
-            for statement in _SCHEMA:
-                cur.execute(statement)
+        if not self.read_only:
+            with self._write_lock, self._cursor() as cur:
+                for statement in _SCHEMA:
+                    cur.execute(statement)
 
     @classmethod
     def connect(cls, path: str | Path) -> Store:
@@ -73,8 +109,21 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        # A store this object created and left empty because of an error leaves nothing.
+        empty = exc_type is not None and self._new_paths and self.summary()["responses"] == 0
         self.close()
+        if empty:
+            self._remove_new_paths()
+
+    def _remove_new_paths(self) -> None:
+        for path in self._new_paths:
+            for leftover in (path, path.with_name(path.name + ".wal")):
+                if leftover.is_file():
+                    leftover.unlink()
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+        self._new_paths = []
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -114,23 +163,36 @@ class Store:
             already stored, or it gives a stored (task, query_id) a second query text.
             The store is left exactly as it was.
         """
-        frame = validate_records(records)
-        dropped = tuple(c for c in frame.columns if c not in CANONICAL_COLUMNS)
-        incoming = _incoming_table(frame, source)
+        return self.ingest_many([(records, source)])[0]
+
+    def ingest_many(self, items: Sequence[tuple[pd.DataFrame, str]]) -> list[IngestReport]:
+        """Merge several ``(records, source)`` in one transaction: all of them, or (on any
+        error, e.g. a query text conflict in the last) none. Raises as :meth:`ingest`."""
+        if self.read_only:
+            raise StoreError(f"the store {self.path} was opened read-only; it cannot ingest")
+        prepared = []
+        for records, source in items:
+            frame = validate_records(records)
+            dropped = tuple(c for c in frame.columns if c not in CANONICAL_COLUMNS)
+            prepared.append((frame, source, dropped, _incoming_table(frame, source)))
+        reports = []
         with self._write_lock, self._cursor() as cur:
-            _check_embedding_lengths(cur, frame)
-            cur.register("incoming", incoming)
             cur.execute("BEGIN TRANSACTION")
             try:
-                counts = _merge(cur, source)
+                for frame, source, dropped, incoming in prepared:
+                    _check_embedding_lengths(cur, frame)
+                    cur.register("incoming", incoming)
+                    try:
+                        added, replaced, unchanged = _merge(cur, source)
+                    finally:
+                        cur.unregister("incoming")
+                    notes = score_range_notes(frame)
+                    reports.append(IngestReport(source, added, replaced, unchanged, dropped, notes))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
-            finally:
-                cur.unregister("incoming")
-        added, replaced, unchanged = counts
-        return IngestReport(source, added, replaced, unchanged, dropped)
+        return reports
 
     # ------------------------------------------------------------------ reading
 
@@ -253,8 +315,11 @@ class Store:
             missing = wanted[~wanted[f"{kind}_hash"].isin(vectors)]
             if missing.empty:
                 return vectors
-            embedder = self._fitted_embedder(cur, key, kind, template)
+            embedder = self._fitted_embedder(cur, key, kind, template, store=not self.read_only)
             new = embedder.transform(missing[kind].tolist())
+            if self.read_only:  # a reader embeds in memory and stores nothing
+                vectors.update(zip(missing[f"{kind}_hash"], new, strict=True))
+                return vectors
             rows = pa.table(
                 {
                     "text_hash": pa.array(missing[f"{kind}_hash"].tolist(), type=pa.string()),
@@ -270,7 +335,12 @@ class Store:
 
     @staticmethod
     def _fitted_embedder(
-        cur: duckdb.DuckDBPyConnection, key: str, kind: str, template: TextEmbedder
+        cur: duckdb.DuckDBPyConnection,
+        key: str,
+        kind: str,
+        template: TextEmbedder,
+        *,
+        store: bool = True,
     ) -> TextEmbedder:
         embedder = clone(template, safe=False)
         row = _first_row(cur, "SELECT state FROM embedders WHERE embedder = ?", [key])
@@ -283,6 +353,8 @@ class Store:
             ).fetchall()
         ]
         embedder.fit(corpus)
+        if not store:
+            return embedder
         cur.execute(
             "INSERT INTO embedders VALUES (?, ?, ?)", [key, embedder.get_state(), len(corpus)]
         )
@@ -290,6 +362,8 @@ class Store:
 
     def reset_embeddings(self) -> None:
         """Drop cached vectors and fitted embedders; the next read refits on all texts."""
+        if self.read_only:
+            raise StoreError(f"the store {self.path} was opened read-only")
         with self._write_lock, self._cursor() as cur:
             cur.execute("BEGIN TRANSACTION")
             cur.execute("DELETE FROM embeddings")

@@ -138,6 +138,8 @@ def region_distances(context: PredictionContext) -> tuple[np.ndarray, np.ndarray
 
 def _region_distances(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
     references = context.training_references
+    if context.space_unavailable("pkps") is not None:  # score-only: no region check
+        return np.full(references.shape, np.nan), np.full(len(context.tasks), np.inf)
     space = context.pkps
     budget = region_budget(context)
     copies, copy_names = _budget_copies(context, budget, references)

@@ -96,7 +96,7 @@ def difficulty(
         spread = np.nanstd(allowed_reference_stack(references, allowed), axis=1)
     sigma = np.maximum(spread, floor)
     space_name = METHODS[method].space
-    if space_name is not None:
+    if space_name is not None and context.space_unavailable(space_name) is None:
         space = context.space(space_name)
         distances = cdist(space.embedding_, space.embedding_)
         off = distances[~np.eye(len(distances), dtype=bool)]
