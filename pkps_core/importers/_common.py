@@ -141,6 +141,35 @@ def _find(folder: Path, name: str) -> Path | None:
     return None
 
 
+def _get(node: object, *keys: str) -> object:
+    """``node[k1][k2]…`` through JSON objects; None where a step is not an object or lacks
+    the key (a malformed record then reads as a missing field instead of crashing)."""
+    for key in keys:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _as_list(value: object) -> list:
+    """A JSON array as a list; anything else (null, a number, an object) as empty."""
+    return value if isinstance(value, list) else []
+
+
+def _as_text(value: object) -> str | None:
+    """A JSON string as is; anything else as None."""
+    return value if isinstance(value, str) else None
+
+
+def _as_id(value: object) -> str | None:
+    """An identifier: a non-blank string or an integer, as text; anything else None."""
+    if isinstance(value, str):
+        return value if value.strip() else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
 def _as_score(value: object) -> float | None:
     """A per-response score as float: numbers, booleans and numeric strings; else None."""
     if isinstance(value, bool):

@@ -1,0 +1,425 @@
+"""Importers on malformed records (issue 16): skip the bad record with a note, keep the rest.
+
+Every input is built by hand here, in ``tmp_path``, after the structure of the sample files
+in ``/work/shared/data/formats`` (so these tests run without them). Each format has a small
+file of two valid records; the sweep mangles the second record at every field (null, wrong
+type, missing key) and the importer must keep the first record and never raise anything
+but a one-line :class:`RecordsError`.
+"""
+
+import copy
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pkps_core.importers import _LOADERS, load
+from pkps_core.importers._common import _Log
+from pkps_core.records import RecordsError
+
+STAMP = "2025-01-01T00-00-00.000001"
+
+
+def _lm_eval_item(doc_id: int) -> dict:
+    return {
+        "doc_id": doc_id,
+        "doc": {"question": f"Q{doc_id}"},
+        "target": "4",
+        "arguments": {"gen_args_0": {"arg_0": f"Q{doc_id}", "arg_1": {"until": ["\n"]}}},
+        "resps": [[f"A{doc_id}"]],
+        "filtered_resps": [f"A{doc_id}"],
+        "filter": "none",
+        "metrics": ["exact_match"],
+        "exact_match": 1.0,
+    }
+
+
+def lm_eval_parts() -> dict[str, list]:
+    return {"samples": [_lm_eval_item(0), _lm_eval_item(1)]}
+
+
+def write_lm_eval(folder: Path, parts: dict, *, lower_is_better: bool = False) -> Path:
+    results = {
+        "model_name": "org/model",
+        "higher_is_better": {"bench": {"exact_match": not lower_is_better}},
+    }
+    (folder / f"results_{STAMP}.json").write_text(json.dumps(results))
+    path = folder / f"samples_bench_{STAMP}.jsonl"
+    path.write_text("".join(json.dumps(item) + "\n" for item in parts["samples"]))
+    return path
+
+
+def _eee_item(number: int) -> dict:
+    return {
+        "schema_version": "0.3.0",
+        "evaluation_id": "src/org_model/1",
+        "model_id": "org/model",
+        "evaluation_name": "src.bench",
+        "evaluation_result_id": "src.bench",
+        "sample_id": f"s{number}",
+        "interaction_type": "single_turn",
+        "input": {"raw": f"Q{number}", "reference": ["4"]},
+        "output": {"raw": [f"A{number}"]},
+        "evaluation": {"score": 0.25, "is_correct": False},
+        "metadata": {"subject": "arithmetic"},
+    }
+
+
+def eee_parts() -> dict[str, list]:
+    return {"samples": [_eee_item(0), _eee_item(1)]}
+
+
+UUID = "f3a1c0de-0000-4000-8000-000000000000"
+
+
+def write_eee(folder: Path, parts: dict, *, lower_is_better: bool = False) -> Path:
+    aggregate = {
+        "schema_version": "0.3.0",
+        "evaluation_id": "src/org_model/1",
+        "model_info": {"name": "model", "id": "org/model"},
+        "evaluation_results": [
+            {
+                "evaluation_result_id": "src.bench",
+                "evaluation_name": "src.bench",
+                "metric_config": {
+                    "metric_id": "error_rate",
+                    "lower_is_better": lower_is_better,
+                    "min_score": 0.0,
+                    "max_score": 1.0,
+                },
+                "score_details": {"score": 0.25},
+            }
+        ],
+    }
+    (folder / f"{UUID}.json").write_text(json.dumps(aggregate))
+    path = folder / f"{UUID}_samples.jsonl"
+    path.write_text("".join(json.dumps(item) + "\n" for item in parts["samples"]))
+    return path
+
+
+def _helm_state(instance_id: str) -> dict:
+    return {
+        "instance": {
+            "input": {"text": f"Q {instance_id}"},
+            "references": [{"output": {"text": "yes"}, "tags": ["correct"]}],
+            "split": "test",
+            "id": instance_id,
+        },
+        "train_trial_index": 0,
+        "output_mapping": {"A": "yes", "B": "no"},
+        "request": {"model": "org/model", "prompt": f"Q {instance_id}"},
+        "result": {"success": True, "completions": [{"text": f" A{instance_id}"}]},
+    }
+
+
+def _helm_stats(instance_id: str) -> dict:
+    return {
+        "instance_id": instance_id,
+        "train_trial_index": 0,
+        "stats": [{"name": {"name": "exact_match", "split": "test"}, "count": 1, "mean": 1.0}],
+    }
+
+
+def helm_parts() -> dict[str, list]:
+    return {
+        "request_states": [_helm_state("id0"), _helm_state("id1")],
+        "stats": [_helm_stats("id0"), _helm_stats("id1")],
+    }
+
+
+def write_helm(folder: Path, parts: dict) -> Path:
+    run = folder / "run"
+    run.mkdir()
+    state = {"adapter_spec": {"model": "org/model"}, "request_states": parts["request_states"]}
+    (run / "scenario_state.json").write_text(json.dumps(state))
+    (run / "per_instance_stats.json").write_text(json.dumps(parts["stats"]))
+    spec = {
+        "name": "bench:subject=x,model=org_model",
+        "metric_specs": [{"args": {"names": ["exact_match"]}}],
+    }
+    (run / "run_spec.json").write_text(json.dumps(spec))
+    return run
+
+
+def _inspect_sample(sample_id: int) -> dict:
+    return {
+        "id": sample_id,
+        "epoch": 1,
+        "input": [{"role": "user", "content": f"Q{sample_id}"}],
+        "choices": ["yes", "no"],
+        "target": "A",
+        "output": {
+            "model": "model",
+            "choices": [
+                {
+                    "message": {"role": "assistant", "content": [{"type": "text", "text": "A"}]},
+                    "stop_reason": "stop",
+                }
+            ],
+            "completion": "A",
+        },
+        "scores": {"choice": {"value": "C", "answer": "A"}},
+    }
+
+
+def inspect_parts() -> dict[str, list]:
+    return {"samples": [_inspect_sample(1), _inspect_sample(2)]}
+
+
+def write_inspect(folder: Path, parts: dict) -> Path:
+    document = {
+        "version": 2,
+        "status": "success",
+        "eval": {"task": "evals/bench", "model": "org/model", "scorers": [{"name": "choice"}]},
+        "samples": parts["samples"],
+    }
+    path = folder / "log.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _alpaca_output(number: int) -> dict:
+    return {
+        "instruction": f"Q{number}",
+        "output": f"A{number}",
+        "generator": "org/model",
+        "dataset": "helpful_base",
+    }
+
+
+def _alpaca_annotation(number: int) -> dict:
+    return {
+        "instruction": f"Q{number}",
+        "output_1": "reference",
+        "output_2": f"A{number}",
+        "generator_2": "org/model",
+        "preference": 1.75,
+    }
+
+
+def alpaca_parts() -> dict[str, list]:
+    return {
+        "outputs": [_alpaca_output(0), _alpaca_output(1)],
+        "annotations": [_alpaca_annotation(0), _alpaca_annotation(1)],
+    }
+
+
+def write_alpaca(folder: Path, parts: dict) -> Path:
+    model = folder / "results" / "model"
+    (model / "weighted_alpaca_eval_gpt4_turbo").mkdir(parents=True)
+    (model / "model_outputs.json").write_text(json.dumps(parts["outputs"]))
+    annotations = model / "weighted_alpaca_eval_gpt4_turbo" / "annotations.json"
+    annotations.write_text(json.dumps(parts["annotations"]))
+    return folder / "results"
+
+
+def lm_eval_resps_parts() -> dict[str, list]:
+    """Older lm-eval samples: ``resps`` only, no ``filtered_resps``."""
+    items = [_lm_eval_item(0), _lm_eval_item(1)]
+    for item in items:
+        del item["filtered_resps"]
+    return {"samples": items}
+
+
+# format -> (parts, writer, the first record's (task, query_id, response))
+FORMATS: dict[str, tuple[Callable[[], dict], Callable[[Path, dict], Path], tuple]] = {
+    "lm_eval": (lm_eval_parts, write_lm_eval, ("bench", "0", "A0")),
+    "lm_eval_resps": (lm_eval_resps_parts, write_lm_eval, ("bench", "0", "A0")),
+    "eee": (eee_parts, write_eee, ("src.bench", "s0", "A0")),
+    "helm": (helm_parts, write_helm, ("bench:subject=x", "id0", " Aid0")),
+    "inspect": (inspect_parts, write_inspect, ("bench", "1", "A")),
+    "alpaca_eval": (alpaca_parts, write_alpaca, ("helpful_base", "alpaca-0", "A0")),
+}
+PARTS = [(kind, name) for kind, (parts, _, _) in FORMATS.items() for name in parts()]
+
+
+def _mangled(record: object, depth: int = 99) -> Iterator[tuple[str, object]]:
+    """(description, record) for every field of ``record`` nulled, mistyped or removed."""
+    for value in (None, 5, "x", [], {}):
+        yield f"record = {value!r}", value
+
+    def walk(node: object, trail: tuple) -> Iterator[tuple]:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            yield (*trail, key)
+            if isinstance(child, dict | list) and child and len(trail) + 1 < depth:
+                yield from walk(child, (*trail, key))
+
+    for trail in walk(record, ()) if isinstance(record, dict | list) else ():
+        for value in ("<missing>", None, 5, "x", [], {}):
+            copied = copy.deepcopy(record)
+            parent = copied
+            for key in trail[:-1]:
+                parent = parent[key]
+            if value == "<missing>":
+                if not isinstance(parent, dict):
+                    continue
+                del parent[trail[-1]]
+            else:
+                parent[trail[-1]] = value
+            yield f"{'.'.join(map(str, trail))} = {value!r}", copied
+
+
+def _write(folder: Path, kind: str, parts: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return FORMATS[kind][1](folder, parts)
+
+
+def _contract_breaches(frame: pd.DataFrame) -> list[str]:
+    """What in an importer's frame would break the canonical record (or the store)."""
+    breaches = []
+    for column in ("model", "task", "query_id", "response"):
+        if not frame[column].map(lambda v: isinstance(v, str)).all():
+            breaches.append(f"{column} not all text")
+    if not frame["query"].map(lambda v: isinstance(v, str) or pd.isna(v)).all():
+        breaches.append("query neither text nor missing")
+    if not frame["score"].map(lambda v: isinstance(v, float)).all():
+        breaches.append("score not all float")
+    return breaches
+
+
+@pytest.mark.parametrize(("kind", "part"), PARTS)
+def test_one_mangled_record_never_breaks_the_file(tmp_path, kind, part):
+    # The format's own loader, not load(): validating ~100 two-row frames per case costs
+    # more than the loading; the contract check stands in for validate_records, and the
+    # named cases below go through load() in full.
+    make_parts, _, expected = FORMATS[kind]
+    loader = _LOADERS["lm_eval" if kind == "lm_eval_resps" else kind]
+    task, query_id, response = expected
+    failures = []
+    for case, (description, record) in enumerate(_mangled(make_parts()[part][1])):
+        parts = make_parts()
+        parts[part][1] = record
+        log = _Log()
+        try:
+            frame = loader(_write(tmp_path / str(case), kind, parts), log)
+        except Exception as exc:  # noqa: BLE001 — the point is to catch every crash
+            failures.append(f"{description}: {type(exc).__name__}: {exc}")
+            continue
+        first = frame[(frame["task"] == task) & (frame["query_id"] == query_id)]
+        if len(first) != 1 or first["response"].iloc[0] != response:
+            failures.append(f"{description}: the valid record was not kept")
+        failures += [f"{description}: {breach}" for breach in _contract_breaches(frame)]
+        if len(frame) < 2 and not log.lines():
+            failures.append(f"{description}: a record was dropped without a note")
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
+
+
+def _with_second(kind: str, part: str, record: object, key: str | None = None) -> dict:
+    """The format's parts with the second record replaced (or, given ``key``, its field)."""
+    parts = FORMATS[kind][0]()
+    if key is None:
+        parts[part][1] = record
+    else:
+        parts[part][1].pop(key) if record == "<missing>" else parts[part][1].update({key: record})
+    return parts
+
+
+NAMED = {
+    "lm-eval resps = 5": (
+        "lm_eval_resps",
+        _with_second("lm_eval_resps", "samples", 5, "resps"),
+        f"samples_bench_{STAMP}.jsonl: 1 item skipped — no response text in "
+        "filtered_resps/resps (e.g. line 2)",
+    ),
+    "HELM request state null": (
+        "helm",
+        _with_second("helm", "request_states", None),
+        "scenario_state.json: 1 item skipped — request state is not an object "
+        "(e.g. request state 1)",
+    ),
+    "HELM stats entry without instance_id": (
+        "helm",
+        _with_second("helm", "stats", "<missing>", "instance_id"),
+        "per_instance_stats.json: 1 item skipped — stats entry without instance_id or "
+        "train_trial_index (e.g. entry 1)",
+    ),
+    "Inspect sample a string": (
+        "inspect",
+        _with_second("inspect", "samples", "sample two"),
+        "log.json: 1 item skipped — sample is not an object (e.g. sample 1)",
+    ),
+    "AlpacaEval output null": (
+        "alpaca_eval",
+        _with_second("alpaca_eval", "outputs", None),
+        "model_outputs.json: 1 item skipped — output is not an object (e.g. output 1)",
+    ),
+    "AlpacaEval annotation null": (
+        "alpaca_eval",
+        _with_second("alpaca_eval", "annotations", None),
+        "annotations.json: 1 item skipped — annotation is not an object (e.g. annotation 1)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NAMED))
+def test_malformed_record_is_skipped_with_one_line(tmp_path, case):
+    kind, parts, line = NAMED[case]
+    result = load(_write(tmp_path, kind, parts))
+    assert result.skipped == [line]
+    task, query_id, response = FORMATS[kind][2]
+    first = result.records[result.records["query_id"] == query_id]
+    assert (first["task"].item(), first["response"].item()) == (task, response)
+    if case == "HELM stats entry without instance_id":
+        # The request state keeps its response; only its score is unknown.
+        assert result.records.set_index("query_id")["score"].isna().tolist() == [False, True]
+    elif case != "AlpacaEval annotation null":
+        assert len(result.records) == 1
+
+
+@pytest.mark.parametrize("kind", ["lm_eval_resps", "helm", "inspect", "alpaca_eval"])
+def test_nothing_valid_left_is_one_line(tmp_path, kind):
+    part = {"helm": "request_states", "alpaca_eval": "outputs"}.get(kind, "samples")
+    parts = FORMATS[kind][0]()
+    if kind == "lm_eval_resps":
+        parts[part] = [dict(item, resps=5) for item in parts[part]]
+    else:
+        parts[part] = [None, None]
+    with pytest.raises(RecordsError) as error:
+        load(_write(tmp_path, kind, parts))
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("nothing to import from")
+    assert "2 items skipped" in message
+
+
+# format -> the JSON documents beside or around the records: headers and sidecars
+DOCUMENTS = {
+    "lm_eval": [f"results_{STAMP}.json"],
+    "eee": [f"{UUID}.json"],
+    "helm": ["run/run_spec.json", "run/scenario_state.json", "run/per_instance_stats.json"],
+    "inspect": ["log.json"],
+    "alpaca_eval": ["results/model/model_outputs.json"],
+}
+DOCUMENT_CASES = [(kind, name) for kind, names in DOCUMENTS.items() for name in names]
+
+
+def _document(tmp_path: Path, kind: str, name: str) -> object:
+    """The valid document ``name`` as the format's writer writes it."""
+    folder = tmp_path / "valid"
+    _write(folder, kind, FORMATS[kind][0]())
+    return json.loads((folder / name).read_text())
+
+
+@pytest.mark.parametrize(("kind", "name"), DOCUMENT_CASES)
+def test_mangled_header_or_sidecar_is_one_line_or_imports(tmp_path, kind, name):
+    make_parts = FORMATS[kind][0]
+    loader = _LOADERS[kind]
+    failures = []
+    for case, (description, document) in enumerate(_mangled(_document(tmp_path, kind, name), 2)):
+        folder = tmp_path / str(case)
+        target = _write(folder, kind, make_parts())
+        (folder / name).write_text(json.dumps(document))
+        try:
+            frame = loader(target, _Log())
+        except RecordsError as exc:
+            if "\n" in str(exc):
+                failures.append(f"{description}: message of several lines: {exc}")
+            continue
+        except Exception as exc:  # noqa: BLE001 — the point is to catch every crash
+            failures.append(f"{description}: {type(exc).__name__}: {exc}")
+            continue
+        if not frame.empty:
+            failures += [f"{description}: {breach}" for breach in _contract_breaches(frame)]
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
