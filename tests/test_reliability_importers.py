@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pkps_core.importers import _LOADERS, load
 from pkps_core.importers._common import _Log
-from pkps_core.records import RecordsError
+from pkps_core.records import RecordsError, read_records, validate_records
 
 STAMP = "2025-01-01T00-00-00.000001"
 
@@ -423,3 +425,36 @@ def test_mangled_header_or_sidecar_is_one_line_or_imports(tmp_path, kind, name):
         if not frame.empty:
             failures += [f"{description}: {breach}" for breach in _contract_breaches(frame)]
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
+
+
+def _binary_parquet(path: Path, responses: list, kind: pa.DataType) -> Path:
+    table = pa.table(
+        {
+            "model": ["a", "b", "c"],
+            "task": ["t", "t", "t"],
+            "query_id": ["q", "q", "q"],
+            "query": pa.array(["Café?".encode()] * 3, pa.binary()),
+            "response": pa.array(responses, kind),
+            "score": [1.0, 0.0, 0.5],
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary()], ids=str)
+def test_binary_parquet_text_is_decoded_utf8(tmp_path, kind):
+    responses = ["naïve".encode(), b"", b"b'x'"]
+    path = _binary_parquet(tmp_path / "cache.parquet", responses, kind)
+    records = load(path).records
+    assert records["response"].tolist() == ["naïve", "", "b'x'"]
+    assert records["query"].tolist() == ["Café?"] * 3
+
+
+def test_binary_parquet_that_is_not_utf8_is_refused(tmp_path):
+    path = _binary_parquet(tmp_path / "cache.parquet", [b"ok", b"\xff\xfe", b"\xff"], pa.binary())
+    with pytest.raises(RecordsError) as error:
+        validate_records(read_records(str(path)))
+    message = str(error.value)
+    assert "\n" not in message
+    assert "column 'response'" in message and "row 2" in message and "UTF-8" in message
