@@ -20,6 +20,7 @@ import pytest
 from pkps_core.importers import _LOADERS, load
 from pkps_core.importers._common import _Log
 from pkps_core.records import RecordsError, read_records, validate_records
+from pkps_core.store import Store
 
 STAMP = "2025-01-01T00-00-00.000001"
 
@@ -458,3 +459,56 @@ def test_binary_parquet_that_is_not_utf8_is_refused(tmp_path):
     message = str(error.value)
     assert "\n" not in message
     assert "column 'response'" in message and "row 2" in message and "UTF-8" in message
+
+
+def _lower_is_better_file(tmp_path: Path, kind: str, scores: list[float]) -> Path:
+    parts = FORMATS[kind][0]()
+    for item, score in zip(parts["samples"], scores, strict=True):
+        if kind == "eee":
+            item["evaluation"] = {"score": score}
+        else:
+            item["exact_match"] = score
+    writer = write_eee if kind == "eee" else write_lm_eval
+    return writer(tmp_path, parts, lower_is_better=True)
+
+
+LOWER_IS_BETTER_TASK = {"eee": "src.bench", "lm_eval": "bench"}
+
+
+@pytest.mark.parametrize("kind", ["eee", "lm_eval"])
+def test_lower_is_better_scores_are_stored_oriented_and_the_note_says_so(tmp_path, kind):
+    path = _lower_is_better_file(tmp_path, kind, [0.25, 1.0])
+    result = load(path)
+    assert result.records["score"].tolist() == [0.75, 0.0]
+    assert "lower_is_better" not in result.records.columns
+    metric = " 'exact_match'" if kind == "lm_eval" else ""
+    note = (
+        f"{path.name}: task {LOWER_IS_BETTER_TASK[kind]!r}: lower-is-better metric{metric}; "
+        "stored 1 − score so higher is better"
+    )
+    assert note in result.warnings
+    assert not any("column" in warning for warning in result.warnings)
+    with Store(str(tmp_path / "store.duckdb")) as store:
+        report = store.ingest(result.records, source=path.name)
+        assert report.dropped_columns == ()
+        assert sorted(store.records()["score"]) == [0.0, 0.75]
+
+
+@pytest.mark.parametrize("kind", ["eee", "lm_eval"])
+def test_lower_is_better_scores_outside_0_1_are_refused(tmp_path, kind):
+    path = _lower_is_better_file(tmp_path, kind, [0.25, 3.5])
+    with pytest.raises(RecordsError) as error:
+        load(path)
+    message = str(error.value)
+    assert "\n" not in message
+    assert path.name in message and repr(LOWER_IS_BETTER_TASK[kind]) in message
+    assert "outside [0, 1]" in message and "3.5" in message
+
+
+@pytest.mark.parametrize("kind", ["eee", "lm_eval"])
+def test_higher_is_better_scores_are_kept_as_given(tmp_path, kind):
+    parts = FORMATS[kind][0]()
+    path = (write_eee if kind == "eee" else write_lm_eval)(tmp_path, parts)
+    result = load(path)
+    assert result.records["score"].tolist() == ([0.25, 0.25] if kind == "eee" else [1.0, 1.0])
+    assert not any("lower-is-better" in warning for warning in result.warnings)

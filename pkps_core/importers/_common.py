@@ -183,3 +183,38 @@ def _as_score(value: object) -> float | None:
             return None
         return number if math.isfinite(number) else None
     return None
+
+
+def _orient_lower_is_better(
+    frame: pd.DataFrame, source: Path, log: _Log, metric: str | None = None
+) -> pd.DataFrame:
+    """Scores of lower-is-better tasks as ``1 − score``, so every stored score is
+    higher-is-better; the ``lower_is_better`` column (True / False / None per row) is
+    dropped, since nothing downstream reads it and the flipped scores no longer need it.
+
+    Raises
+    ------
+    RecordsError
+        A lower-is-better task has a score outside [0, 1], which ``1 − score`` cannot
+        orient.
+    """
+    lower = frame.pop("lower_is_better").eq(True).to_numpy()
+    named = f" {metric!r}" if metric else ""
+    for task in frame.loc[lower, "task"].unique():
+        rows = lower & frame["task"].eq(task).to_numpy()
+        scores = frame.loc[rows, "score"].astype(float)
+        outside = scores.notna() & ~scores.between(0.0, 1.0)
+        if outside.any():
+            first = frame.loc[outside[outside].index[0]]
+            raise RecordsError(
+                f"{source}: task {task!r} has a lower-is-better metric{named} with scores "
+                f"outside [0, 1] (e.g. query_id {first['query_id']!r}: {first['score']}), "
+                "which cannot be turned into higher-is-better scores; rescale them to [0, 1] "
+                "or leave the task out"
+            )
+        frame.loc[rows, "score"] = 1.0 - scores
+        log.warn(
+            f"{source.name}: task {task!r}: lower-is-better metric{named}; stored 1 − score "
+            "so higher is better"
+        )
+    return frame

@@ -1,8 +1,8 @@
 """Every Eval Ever importer: instance-level ``*_samples.jsonl`` (schema 0.2.x and 0.3.0).
 
 A sibling aggregate ``<evaluation uuid>.json`` supplies the metric direction: scores of a
-lower-is-better metric are kept as given, flagged in the ``lower_is_better`` column and in
-the warnings.
+lower-is-better metric are stored as 1 − score so that higher is better (a warning says so
+per task), and refused when they lie outside [0, 1].
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pkps_core.importers._common import (
     _find,
     _get,
     _Log,
+    _orient_lower_is_better,
     _read_json,
     _read_jsonl,
     _strip_gz,
@@ -98,12 +99,4 @@ def _load_eee(path: Path, log: _Log) -> pd.DataFrame:
         # One sample scored by several aggregate results: each result is its own task.
         frame["task"] = frame["_result_id"]
         log.warn(f"{path.name}: samples repeat per evaluation_result_id; used it as the task")
-    flagged = frame.loc[frame["lower_is_better"].eq(True), "task"].unique()
-    if len(flagged):
-        log.warn(
-            f"{path.name}: metric of task(s) {', '.join(map(repr, flagged))} is lower-is-better "
-            "(per the aggregate JSON); scores kept as given and flagged in 'lower_is_better'"
-        )
-    if not frame["lower_is_better"].eq(True).any():
-        frame = frame.drop(columns="lower_is_better")
-    return frame.drop(columns="_result_id")
+    return _orient_lower_is_better(frame.drop(columns="_result_id"), path, log)

@@ -1,8 +1,8 @@
 """lm-evaluation-harness importer: ``samples_<task>_<timestamp>.jsonl``.
 
 The model comes from the sibling ``results_<timestamp>.json`` (or the folder name), and so
-does the metric direction; a log-likelihood request's response is the continuation the
-model ranks highest.
+does the metric direction (a lower-is-better metric in [0, 1] is stored as 1 − score); a
+log-likelihood request's response is the continuation the model ranks highest.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pkps_core.importers._common import (
     _find,
     _get,
     _Log,
+    _orient_lower_is_better,
     _read_json,
     _read_jsonl,
     _strip_gz,
@@ -110,7 +111,7 @@ def _load_lm_eval(path: Path, log: _Log) -> pd.DataFrame:
         for metric, higher in (directions.items() if isinstance(directions, dict) else ())
         if isinstance(higher, bool)
     }
-    rows, kept_filter, metric_used = [], None, None
+    rows, kept_filter = [], None
     for number, item in _read_jsonl(path, log):
         where = f"line {number}"
         item_filter = item.get("filter")
@@ -132,7 +133,6 @@ def _load_lm_eval(path: Path, log: _Log) -> pd.DataFrame:
         if metric is None:
             log.skip(path, "no numeric per-sample metric", where)
             continue
-        metric_used = metric_used or metric
         pairs = _lm_eval_arguments(item)
         response = _lm_eval_response(item, pairs)
         if response is None:
@@ -147,16 +147,12 @@ def _load_lm_eval(path: Path, log: _Log) -> pd.DataFrame:
                 "response": response,
                 "score": _as_score(item[metric]),
                 "lower_is_better": None if metric not in directions else not directions[metric],
+                "_metric": metric,
             }
         )
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    if frame["lower_is_better"].eq(True).any():
-        log.warn(
-            f"{path.name}: metric {metric_used!r} of task {task!r} is lower-is-better (per "
-            "results_*.json); scores kept as given and flagged in 'lower_is_better'"
-        )
-    if not frame["lower_is_better"].eq(True).any():
-        frame = frame.drop(columns="lower_is_better")
-    return frame
+    lower_metrics = frame.loc[frame["lower_is_better"].eq(True), "_metric"].unique()
+    metric = lower_metrics[0] if len(lower_metrics) == 1 else None
+    return _orient_lower_is_better(frame.drop(columns="_metric"), path, log, metric)
