@@ -128,12 +128,22 @@ def _validate_embeddings(frame: pd.DataFrame, column: str) -> None:
         frame[column] = parsed
 
 
-def _decode_bytes(values: pd.Series, column: str) -> pd.Series:
-    """Bytes cells (a Parquet ``binary`` column) as UTF-8 text; other cells unchanged."""
-    if not values.map(lambda v: isinstance(v, bytes)).any():
+def _text_cells(values: pd.Series, column: str) -> pd.Series:
+    """A text column's cells with bytes (a Parquet ``binary`` column) decoded as UTF-8.
+
+    Lists, arrays and mappings (Parquet ``list`` / ``struct`` columns) are refused: their
+    Python repr is not the text they hold.
+    """
+    odd = values.map(lambda v: isinstance(v, bytes | list | tuple | dict | np.ndarray))
+    if not odd.any():
         return values
     decoded = []
     for row, value in enumerate(values, start=1):
+        if isinstance(value, list | tuple | dict | np.ndarray):
+            raise RecordsError(
+                f"column '{column}' holds a {type(value).__name__}, not text, at row {row}; "
+                "store one string per cell"
+            )
         if isinstance(value, bytes):
             try:
                 value = value.decode("utf-8")
@@ -196,7 +206,8 @@ def validate_records(
     Raises
     ------
     RecordsError
-        Missing required columns; text bytes that are not UTF-8; empty identifiers;
+        Missing required columns; text bytes that are not UTF-8, or lists / mappings
+        in a text column; empty identifiers;
         duplicate (model, task, query_id); a query_id with two different query texts;
         non-numeric, infinite or (when needed) missing scores; a reference_score that
         varies within a (model, task) cell; malformed embeddings or embeddings of unequal
@@ -219,7 +230,7 @@ def validate_records(
     for column in TEXT_COLUMNS:
         if column not in frame.columns:
             continue
-        values = _decode_bytes(frame[column], column)
+        values = _text_cells(frame[column], column)
         # An empty response is a real answer (it embeds to the zero vector); only the
         # identifiers must be non-blank. Missing (None/NaN) is missing for every column.
         empty = values.isna()

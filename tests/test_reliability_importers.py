@@ -512,3 +512,17 @@ def test_higher_is_better_scores_are_kept_as_given(tmp_path, kind):
     result = load(path)
     assert result.records["score"].tolist() == ([0.25, 0.25] if kind == "eee" else [1.0, 1.0])
     assert not any("lower-is-better" in warning for warning in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("column", "values"),
+    [("response", pa.array([["x", "y"], ["z"]])), ("query", pa.array([{"k": "v"}, {"k": "w"}]))],
+)
+def test_parquet_list_or_struct_text_is_refused_not_stored_as_repr(tmp_path, column, values):
+    columns = {"model": ["a", "b"], "task": ["t", "t"], "query_id": ["1", "2"]}
+    columns |= {"response": ["r", "s"], "score": [1.0, 0.0]} | {column: values}
+    pq.write_table(pa.table(columns), tmp_path / "cache.parquet")
+    with pytest.raises(RecordsError) as error:
+        load(tmp_path / "cache.parquet")
+    message = str(error.value)
+    assert "\n" not in message and f"column '{column}'" in message and "row 1" in message
