@@ -526,3 +526,15 @@ def test_parquet_list_or_struct_text_is_refused_not_stored_as_repr(tmp_path, col
         load(tmp_path / "cache.parquet")
     message = str(error.value)
     assert "\n" not in message and f"column '{column}'" in message and "row 1" in message
+
+
+def test_non_numeric_scores_of_several_samples_are_one_line(tmp_path):
+    parts = inspect_parts()
+    parts["samples"] += [_inspect_sample(3), _inspect_sample(4)]
+    for sample, value in zip(parts["samples"][1:], ["maybe", {"a": 1}, [0.5]], strict=True):
+        sample["scores"]["choice"]["value"] = value
+    result = load(_write(tmp_path, "inspect", parts))
+    assert result.skipped == [
+        "log.json: 3 items skipped — score of scorer 'choice' is not numeric "
+        "(e.g. sample 2: 'maybe')"
+    ]

@@ -112,7 +112,10 @@ def _load_inspect(path: Path, log: _Log) -> pd.DataFrame:
         value = _inspect_score(sample, scorer)
         score = _as_score(value)
         if score is None and value is not None:
-            log.skip(path, f"score value {value!r} is not numeric", where)
+            # One line for all such samples: the value goes in the example, not the reason.
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+            named = f"score of scorer {scorer!r}" if scorer else "score"
+            log.skip(path, f"{named} is not numeric", f"{where}: {shown}")
             continue
         rows.append(
             {
