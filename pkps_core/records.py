@@ -128,6 +128,34 @@ def _validate_embeddings(frame: pd.DataFrame, column: str) -> None:
         frame[column] = parsed
 
 
+def _text_cells(values: pd.Series, column: str) -> pd.Series:
+    """A text column's cells with bytes (a Parquet ``binary`` column) decoded as UTF-8.
+
+    Lists, arrays and mappings (Parquet ``list`` / ``struct`` columns) are refused: their
+    Python repr is not the text they hold.
+    """
+    odd = values.map(lambda v: isinstance(v, bytes | list | tuple | dict | np.ndarray))
+    if not odd.any():
+        return values
+    decoded = []
+    for row, value in enumerate(values, start=1):
+        if isinstance(value, list | tuple | dict | np.ndarray):
+            raise RecordsError(
+                f"column '{column}' holds a {type(value).__name__}, not text, at row {row}; "
+                "store one string per cell"
+            )
+        if isinstance(value, bytes):
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordsError(
+                    f"column '{column}' holds bytes that are not UTF-8 text at row {row} "
+                    f"(byte {exc.start}); store the texts as UTF-8 strings"
+                ) from None
+        decoded.append(value)
+    return pd.Series(decoded, index=values.index, dtype=object)
+
+
 def _validate_scores(frame: pd.DataFrame, column: str, *, required: bool) -> None:
     raw = frame[column]
     numeric = pd.to_numeric(raw, errors="coerce").astype(float)
@@ -169,7 +197,8 @@ def validate_records(
     Returns
     -------
     DataFrame
-        A copy with identifier columns as ``str``, scores as ``float``, ``family`` filled
+        A copy with identifier columns as ``str`` (bytes, as a Parquet ``binary`` column
+        gives them, decoded as UTF-8), scores as ``float``, ``family`` filled
         (default: :func:`default_family`), embedding cells as float arrays, and a fresh
         ``RangeIndex``. Missing texts are ``None``; a row without query text takes the
         text other rows give its (task, query_id). Unknown columns are kept.
@@ -177,10 +206,12 @@ def validate_records(
     Raises
     ------
     RecordsError
-        Missing required columns; empty identifiers; duplicate (model, task, query_id);
-        a query_id with two different query texts; non-numeric, infinite or (when needed)
-        missing scores; a reference_score that varies within a (model, task) cell;
-        malformed embeddings or embeddings of unequal length; no response representation.
+        Missing required columns; text bytes that are not UTF-8, or lists / mappings
+        in a text column; empty identifiers;
+        duplicate (model, task, query_id); a query_id with two different query texts;
+        non-numeric, infinite or (when needed) missing scores; a reference_score that
+        varies within a (model, task) cell; malformed embeddings or embeddings of unequal
+        length; no response representation.
     """
     if not isinstance(records, pd.DataFrame):
         raise RecordsError("records must be a table (pandas DataFrame)")
@@ -199,7 +230,7 @@ def validate_records(
     for column in TEXT_COLUMNS:
         if column not in frame.columns:
             continue
-        values = frame[column]
+        values = _text_cells(frame[column], column)
         # An empty response is a real answer (it embeds to the zero vector); only the
         # identifiers must be non-blank. Missing (None/NaN) is missing for every column.
         empty = values.isna()

@@ -42,7 +42,7 @@ def test_eee_v030_with_aggregate():
     assert "lower_is_better" not in result.records.columns  # the aggregate says higher
 
 
-def test_eee_lower_is_better_is_flagged_not_flipped(tmp_path):
+def test_eee_lower_is_better_is_stored_as_one_minus_score(tmp_path):
     folder = need(FORMATS_DIR / "eee_v0.3.0")
     for source in folder.iterdir():
         shutil.copy(source, tmp_path / source.name)
@@ -51,9 +51,9 @@ def test_eee_lower_is_better_is_flagged_not_flipped(tmp_path):
     document["evaluation_results"][0]["metric_config"]["lower_is_better"] = True
     aggregate.write_text(json.dumps(document))
     result = load(tmp_path)
-    assert result.records["score"].tolist() == [1.0]
-    assert result.records["lower_is_better"].tolist() == [True]
-    assert any("lower-is-better" in w for w in result.warnings)
+    assert result.records["score"].tolist() == [0.0]
+    assert "lower_is_better" not in result.records.columns
+    assert any("lower-is-better metric; stored 1 − score" in w for w in result.warnings)
 
 
 def test_eee_v021_samples():

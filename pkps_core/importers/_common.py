@@ -141,6 +141,35 @@ def _find(folder: Path, name: str) -> Path | None:
     return None
 
 
+def _get(node: object, *keys: str) -> object:
+    """``node[k1][k2]…`` through JSON objects; None where a step is not an object or lacks
+    the key (a malformed record then reads as a missing field instead of crashing)."""
+    for key in keys:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _as_list(value: object) -> list:
+    """A JSON array as a list; anything else (null, a number, an object) as empty."""
+    return value if isinstance(value, list) else []
+
+
+def _as_text(value: object) -> str | None:
+    """A JSON string as is; anything else as None."""
+    return value if isinstance(value, str) else None
+
+
+def _as_id(value: object) -> str | None:
+    """An identifier: a non-blank string or an integer, as text; anything else None."""
+    if isinstance(value, str):
+        return value if value.strip() else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
 def _as_score(value: object) -> float | None:
     """A per-response score as float: numbers, booleans and numeric strings; else None."""
     if isinstance(value, bool):
@@ -154,3 +183,38 @@ def _as_score(value: object) -> float | None:
             return None
         return number if math.isfinite(number) else None
     return None
+
+
+def _orient_lower_is_better(
+    frame: pd.DataFrame, source: Path, log: _Log, metric: str | None = None
+) -> pd.DataFrame:
+    """Scores of lower-is-better tasks as ``1 − score``, so every stored score is
+    higher-is-better; the ``lower_is_better`` column (True / False / None per row) is
+    dropped, since nothing downstream reads it and the flipped scores no longer need it.
+
+    Raises
+    ------
+    RecordsError
+        A lower-is-better task has a score outside [0, 1], which ``1 − score`` cannot
+        orient.
+    """
+    lower = frame.pop("lower_is_better").eq(True).to_numpy()
+    named = f" {metric!r}" if metric else ""
+    for task in frame.loc[lower, "task"].unique():
+        rows = lower & frame["task"].eq(task).to_numpy()
+        scores = frame.loc[rows, "score"].astype(float)
+        outside = scores.notna() & ~scores.between(0.0, 1.0)
+        if outside.any():
+            first = frame.loc[outside[outside].index[0]]
+            raise RecordsError(
+                f"{source}: task {task!r} has a lower-is-better metric{named} with scores "
+                f"outside [0, 1] (e.g. query_id {first['query_id']!r}: {first['score']}), "
+                "which cannot be turned into higher-is-better scores; rescale them to [0, 1] "
+                "or leave the task out"
+            )
+        frame.loc[rows, "score"] = 1.0 - scores
+        log.warn(
+            f"{source.name}: task {task!r}: lower-is-better metric{named}; stored 1 − score "
+            "so higher is better"
+        )
+    return frame

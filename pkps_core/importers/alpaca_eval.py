@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pkps_core.importers._common import _as_score, _find, _Log, _read_json
+from pkps_core.importers._common import (
+    _as_id,
+    _as_score,
+    _as_text,
+    _find,
+    _Log,
+    _read_json,
+)
 from pkps_core.records import RecordsError
 
 ALPACA_ANNOTATOR = "weighted_alpaca_eval_gpt4_turbo"
@@ -25,26 +32,47 @@ def _alpaca_model_dirs(path: Path) -> list[Path]:
     return sorted(c for c in path.iterdir() if c.is_dir() and _find(c, "model_outputs.json"))
 
 
+def _alpaca_preferences(path: Path, log: _Log) -> dict[tuple[str, str], object]:
+    """The annotator's preference per (instruction, output_2) text pair."""
+    annotations = _read_json(path)
+    if not isinstance(annotations, list):
+        raise RecordsError(f"{path} should be a JSON list of annotations")
+    preferences: dict[tuple[str, str], object] = {}
+    for position, annotation in enumerate(annotations):
+        where = f"annotation {position}"
+        if not isinstance(annotation, dict):
+            log.skip(path, "annotation is not an object", where)
+            continue
+        instruction = _as_text(annotation.get("instruction"))
+        output = _as_text(annotation.get("output_2"))
+        if instruction is None or output is None:
+            log.skip(path, "annotation without instruction or output_2 text", where)
+            continue
+        preferences[(instruction, output)] = annotation.get("preference")
+    return preferences
+
+
 def _load_alpaca_model(folder: Path, log: _Log) -> pd.DataFrame:
     outputs_path = _find(folder, "model_outputs.json")
     outputs = _read_json(outputs_path)
     if not isinstance(outputs, list):
         raise RecordsError(f"{outputs_path} should be a JSON list of outputs")
     annotations_path = _find(folder / ALPACA_ANNOTATOR, "annotations.json")
-    preferences: dict[tuple[str, str], object] = {}
     if annotations_path is None:
         log.warn(f"{folder.name}: no {ALPACA_ANNOTATOR}/annotations.json; scores left empty")
+        preferences = {}
     else:
-        for annotation in _read_json(annotations_path):
-            key = (annotation.get("instruction"), annotation.get("output_2"))
-            preferences[key] = annotation.get("preference")
+        preferences = _alpaca_preferences(annotations_path, log)
     rows = []
     for position, output in enumerate(outputs):
         # Upstream outputs follow the 805-instruction evaluation set, so the position is
         # the instruction's id (as in alpaca_eval_40.parquet: "alpaca-<position>").
         where = f"output {position}"
-        instruction, text = output.get("instruction"), output.get("output")
-        if not isinstance(instruction, str) or not isinstance(text, str):
+        if not isinstance(output, dict):
+            log.skip(outputs_path, "output is not an object", where)
+            continue
+        instruction, text = _as_text(output.get("instruction")), _as_text(output.get("output"))
+        if instruction is None or text is None:
             log.skip(outputs_path, "no instruction or output text", where)
             continue
         preference = _as_score(preferences.get((instruction, text)))
@@ -52,8 +80,8 @@ def _load_alpaca_model(folder: Path, log: _Log) -> pd.DataFrame:
             log.warn(f"{folder.name}: some outputs have no annotated preference (score NaN)")
         rows.append(
             {
-                "model": str(output.get("generator") or folder.name),
-                "task": str(output.get("dataset") or "alpaca_eval"),
+                "model": _as_id(output.get("generator")) or folder.name,
+                "task": _as_id(output.get("dataset")) or "alpaca_eval",
                 "query_id": f"alpaca-{position}",
                 "query": instruction,
                 "response": text,

@@ -11,7 +11,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pkps_core.importers._common import _find, _Log, _read_json
+from pkps_core.importers._common import (
+    _as_id,
+    _as_list,
+    _as_score,
+    _as_text,
+    _find,
+    _get,
+    _Log,
+    _read_json,
+)
 from pkps_core.records import RecordsError
 
 
@@ -22,30 +31,67 @@ def _helm_task(run_name: str) -> str:
     return f"{scenario}:{','.join(kept)}" if kept else scenario
 
 
-def _helm_metric(run_spec: dict, stats: list) -> str | None:
+def _helm_stat_name(stat: object) -> str | None:
+    """The metric name of an unperturbed stat, or None."""
+    name = _get(stat, "name")
+    if not isinstance(name, dict) or "perturbation" in name:
+        return None
+    return _as_text(name.get("name"))
+
+
+def _helm_metric(run_spec: object, stats: list) -> str | None:
     available = {
-        s["name"]["name"]
-        for entry in stats
-        for s in entry.get("stats", [])
-        if isinstance(s.get("name"), dict) and "perturbation" not in s["name"]
+        _helm_stat_name(stat) for entry in stats for stat in _as_list(_get(entry, "stats"))
     }
     preferred: list[str] = []
-    for spec in run_spec.get("metric_specs", []):
-        preferred += list((spec.get("args") or {}).get("names") or [])
+    for spec in _as_list(_get(run_spec, "metric_specs")):
+        preferred += [n for n in _as_list(_get(spec, "args", "names")) if isinstance(n, str)]
     preferred += ["exact_match", "quasi_exact_match", "f1_score", "rouge_l", "bleu_4"]
     return next((m for m in preferred if m in available), None)
 
 
 def _helm_query(request_state: dict) -> str | None:
     """The instance's input text, with its lettered choices for multiple-choice runs."""
-    text = ((request_state.get("instance") or {}).get("input") or {}).get("text")
-    if not isinstance(text, str):
+    text = _as_text(_get(request_state, "instance", "input", "text"))
+    if text is None:
         return None
     mapping = request_state.get("output_mapping")
     if isinstance(mapping, dict) and mapping:
         # References of a generation task are gold answers; only list real choices.
         text += "\n" + "\n".join(f"{letter}. {choice}" for letter, choice in mapping.items())
     return text
+
+
+def _helm_scores(stats: list, metric: str | None, stats_path: Path, log: _Log) -> dict:
+    """The metric's mean per (instance id, train trial) of the unperturbed stats entries."""
+    scores: dict[tuple[str, int], float] = {}
+    for index, entry in enumerate(stats):
+        where = f"entry {index}"
+        if not isinstance(entry, dict):
+            log.skip(stats_path, "stats entry is not an object", where)
+            continue
+        if entry.get("perturbation"):
+            continue
+        instance_id = _as_id(entry.get("instance_id"))
+        trial = entry.get("train_trial_index", 0)
+        if instance_id is None or not isinstance(trial, int):
+            log.skip(stats_path, "stats entry without instance_id or train_trial_index", where)
+            continue
+        means = [
+            _get(stat, "mean")
+            for stat in _as_list(entry.get("stats"))
+            if metric is not None and _helm_stat_name(stat) == metric
+        ]
+        if means and _as_score(means[0]) is None:
+            log.skip(stats_path, f"{metric!r} mean is not a number (score left empty)", where)
+        elif means:
+            scores[(instance_id, trial)] = _as_score(means[0])
+    return scores
+
+
+def _helm_completion(request_state: dict) -> str | None:
+    completions = _as_list(_get(request_state, "result", "completions"))
+    return _as_text(_get(completions[0], "text")) if completions else None
 
 
 def _load_helm(path: Path, log: _Log) -> pd.DataFrame:
@@ -58,30 +104,27 @@ def _load_helm(path: Path, log: _Log) -> pd.DataFrame:
             "per_instance_stats.json"
         )
     state, stats = _read_json(state_path), _read_json(stats_path)
+    if not isinstance(_get(state, "request_states"), list):
+        raise RecordsError(f"{state_path} has no 'request_states' list; is it a HELM run?")
+    if not isinstance(stats, list):
+        raise RecordsError(f"{stats_path} should be a JSON list of per-instance stats")
     spec_path = _find(folder, "run_spec.json")
     run_spec = _read_json(spec_path) if spec_path else {}
-    task = _helm_task(str(run_spec.get("name") or folder.name))
+    task = _helm_task(_as_text(_get(run_spec, "name")) or folder.name)
     metric = _helm_metric(run_spec, stats)
     if metric is None:
         log.warn(f"{folder.name}: no known main metric in per_instance_stats.json; scores NaN")
     else:
         log.warn(f"{folder.name}: score = HELM metric {metric!r}")
-    scores: dict[tuple[str, int], float] = {}
-    for entry in stats:
-        if entry.get("perturbation"):
-            continue
-        for stat in entry.get("stats", []):
-            name = stat.get("name") or {}
-            if name.get("name") == metric and "perturbation" not in name:
-                scores[(str(entry["instance_id"]), int(entry.get("train_trial_index", 0)))] = float(
-                    stat["mean"]
-                )
-    model = (state.get("adapter_spec") or {}).get("model")
+    scores = _helm_scores(stats, metric, stats_path, log)
+    model = _as_id(_get(state, "adapter_spec", "model"))
     rows = []
-    for index, request_state in enumerate(state.get("request_states", [])):
+    for index, request_state in enumerate(state["request_states"]):
         where = f"request state {index}"
-        instance = request_state.get("instance") or {}
-        if instance.get("perturbation"):
+        if not isinstance(request_state, dict):
+            log.skip(state_path, "request state is not an object", where)
+            continue
+        if _get(request_state, "instance", "perturbation"):
             log.skip(state_path, "perturbed instance (only unperturbed ones are kept)", where)
             continue
         if request_state.get("train_trial_index", 0) != 0:
@@ -90,19 +133,22 @@ def _load_helm(path: Path, log: _Log) -> pd.DataFrame:
         if request_state.get("reference_index") is not None:
             log.skip(state_path, "one request per answer choice is not supported", where)
             continue
-        completions = (request_state.get("result") or {}).get("completions") or []
-        if not completions or not isinstance(completions[0].get("text"), str):
+        response = _helm_completion(request_state)
+        if response is None:
             log.skip(state_path, "no completion text", where)
             continue
-        instance_id = str(instance.get("id"))
-        request_model = (request_state.get("request") or {}).get("model") or model
+        instance_id = _as_id(_get(request_state, "instance", "id"))
+        request_model = _as_id(_get(request_state, "request", "model")) or model
+        if instance_id is None or request_model is None:
+            log.skip(state_path, "no instance id or model", where)
+            continue
         rows.append(
             {
-                "model": str(request_model),
+                "model": request_model,
                 "task": task,
                 "query_id": instance_id,
                 "query": _helm_query(request_state),
-                "response": completions[0]["text"],
+                "response": response,
                 "score": scores.get((instance_id, 0), np.nan),
             }
         )

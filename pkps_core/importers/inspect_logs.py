@@ -11,7 +11,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pkps_core.importers._common import _as_score, _Log, _read_json
+from pkps_core.importers._common import (
+    _as_id,
+    _as_list,
+    _as_score,
+    _as_text,
+    _get,
+    _Log,
+    _read_json,
+)
 from pkps_core.records import RecordsError
 
 # Inspect's value_to_float: C(orrect) / I(ncorrect) / P(artial) / N(o answer).
@@ -32,7 +40,7 @@ def _inspect_text(content: object) -> str | None:
 def _inspect_query(sample: dict) -> str | None:
     raw = sample.get("input")
     if isinstance(raw, list):
-        users = [_inspect_text(m.get("content")) for m in raw if m.get("role") == "user"]
+        users = [_inspect_text(_get(m, "content")) for m in raw if _get(m, "role") == "user"]
         raw = "\n\n".join(u for u in users if u) or None
     if not isinstance(raw, str):
         return None
@@ -43,8 +51,8 @@ def _inspect_query(sample: dict) -> str | None:
 
 
 def _inspect_score(sample: dict, scorer: str | None) -> object:
-    scores = sample.get("scores") or {}
-    if not scores:
+    scores = sample.get("scores")
+    if not isinstance(scores, dict) or not scores:
         return None
     chosen = scores.get(scorer) if scorer in scores else next(iter(scores.values()))
     value = chosen.get("value") if isinstance(chosen, dict) else None
@@ -53,49 +61,67 @@ def _inspect_score(sample: dict, scorer: str | None) -> object:
     return value
 
 
+def _inspect_response(sample: dict) -> str | None:
+    """The first choice's message text, else the output's completion text."""
+    choices = _as_list(_get(sample, "output", "choices"))
+    response = _inspect_text(_get(choices[0], "message", "content")) if choices else None
+    return response if response is not None else _as_text(_get(sample, "output", "completion"))
+
+
 def _load_inspect(path: Path, log: _Log) -> pd.DataFrame:
     document = _read_json(path)
-    if not isinstance(document, dict) or "eval" not in document:
+    if not isinstance(document, dict) or not isinstance(document.get("eval"), dict):
         raise RecordsError(f"{path} is not an Inspect JSON log (no 'eval' header)")
     header = document["eval"]
     if document.get("status") not in (None, "success"):
         log.warn(f"{path.name}: log status is {document.get('status')!r}, not 'success'")
-    model = str(header.get("model"))
-    task = str(header.get("task_display_name") or header.get("task", "")).rsplit("/", 1)[-1]
-    scorers = [s.get("name") for s in header.get("scorers") or [] if isinstance(s, dict)]
+    model = _as_id(header.get("model"))
+    task = _as_id(header.get("task_display_name")) or _as_id(header.get("task"))
+    if model is None or task is None:
+        raise RecordsError(f"{path}: the 'eval' header names no model or task")
+    task = task.rsplit("/", 1)[-1]
+    scorers = [_as_text(_get(s, "name")) for s in _as_list(header.get("scorers"))]
     scorer = scorers[0] if scorers else None
     if len(scorers) > 1:
         log.warn(f"{path.name}: several scorers; score = {scorer!r}")
-    samples = document.get("samples") or []
+    samples = document.get("samples")
+    if samples is not None and not isinstance(samples, list):
+        raise RecordsError(f"{path}: 'samples' should be a JSON list")
     if not samples:
         log.skip(path, "log has no samples (run with log_samples=True)")
     rows = []
-    for index, sample in enumerate(samples):
-        where = f"sample {sample.get('id', index)}"
+    for index, sample in enumerate(samples or []):
+        if not isinstance(sample, dict):
+            log.skip(path, "sample is not an object", f"sample {index}")
+            continue
+        query_id = _as_id(sample.get("id"))
+        where = f"sample {query_id or index}"
+        if query_id is None:
+            log.skip(path, "no sample id (a string or an integer)", where)
+            continue
         if sample.get("epoch", 1) != 1:
             log.skip(path, "epoch > 1 (the first epoch's response is kept)", where)
             continue
         if sample.get("error"):
             log.skip(path, "sample ended in an error", where)
             continue
-        choices = (sample.get("output") or {}).get("choices") or []
-        message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-        response = _inspect_text((message or {}).get("content"))
+        response = _inspect_response(sample)
         if response is None:
-            response = (sample.get("output") or {}).get("completion")
-        if not isinstance(response, str):
             log.skip(path, "no model output", where)
             continue
         value = _inspect_score(sample, scorer)
         score = _as_score(value)
         if score is None and value is not None:
-            log.skip(path, f"score value {value!r} is not numeric", where)
+            # One line for all such samples: the value goes in the example, not the reason.
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+            named = f"score of scorer {scorer!r}" if scorer else "score"
+            log.skip(path, f"{named} is not numeric", f"{where}: {shown}")
             continue
         rows.append(
             {
                 "model": model,
                 "task": task,
-                "query_id": str(sample.get("id")),
+                "query_id": query_id,
                 "query": _inspect_query(sample),
                 "response": response,
                 "score": np.nan if score is None else score,
