@@ -101,7 +101,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         loaded.append((source, result, time.perf_counter() - started))
     with _store(args.db, read_only=False) as store:
         started = time.perf_counter()
-        reports = store.ingest_many([(r.records, str(source)) for source, r, _ in loaded])
+        items = [(r.records, str(source), r.warnings) for source, r, _ in loaded]
+        reports = store.ingest_many(items)
         share = (time.perf_counter() - started) / len(loaded)
     for (_, result, elapsed), report in zip(loaded, reports, strict=True):
         for line in [*result.warnings, *result.skipped]:

@@ -287,9 +287,13 @@ def test_lower_is_better_scores_are_stored_oriented_and_the_note_says_so(tmp_pat
     assert note in result.warnings
     assert not any("column" in warning for warning in result.warnings)
     with Store(str(tmp_path / "store.duckdb")) as store:
-        report = store.ingest(result.records, source=path.name)
+        report = store.ingest(result.records, source=path.name, notes=result.warnings)
         assert report.dropped_columns == ()
         assert sorted(store.records()["score"]) == [0.0, 0.75]
+        # the flag is stored: the ingest log keeps the note with the rows' source
+        logged = store.ingest_log()
+        assert logged["source"].tolist() == [path.name]
+        assert note in logged["notes"].iloc[0]
 
 
 @pytest.mark.parametrize("kind", ["eee", "lm_eval"])

@@ -141,7 +141,9 @@ class Store:
 
     # ------------------------------------------------------------------ ingest
 
-    def ingest(self, records: pd.DataFrame, *, source: str = "upload") -> IngestReport:
+    def ingest(
+        self, records: pd.DataFrame, *, source: str = "upload", notes: Sequence[str] = ()
+    ) -> IngestReport:
         """Validate ``records`` and merge them into the store in one transaction.
 
         Parameters
@@ -150,6 +152,8 @@ class Store:
             A cache in the canonical schema (see :func:`pkps_core.records.validate_records`).
         source : str, default="upload"
             Label stored with the rows and in the ingest log.
+        notes : sequence of str
+            The importer's notes, kept in the ingest log (:meth:`ingest_log`).
 
         Returns
         -------
@@ -163,27 +167,29 @@ class Store:
             already stored, or it gives a stored (task, query_id) a second query text.
             The store is left exactly as it was.
         """
-        return self.ingest_many([(records, source)])[0]
+        return self.ingest_many([(records, source, notes)])[0]
 
-    def ingest_many(self, items: Sequence[tuple[pd.DataFrame, str]]) -> list[IngestReport]:
-        """Merge several ``(records, source)`` in one transaction: all of them, or (on any
-        error, e.g. a query text conflict in the last) none. Raises as :meth:`ingest`."""
+    def ingest_many(self, items: Sequence[tuple]) -> list[IngestReport]:
+        """Merge several ``(records, source)`` or ``(records, source, notes)`` in one
+        transaction: all of them, or (on any error, e.g. a query text conflict in the
+        last) none. Raises as :meth:`ingest`."""
         if self.read_only:
             raise StoreError(f"the store {self.path} was opened read-only; it cannot ingest")
         prepared = []
-        for records, source in items:
+        for records, source, *notes in items:
             frame = validate_records(records)
             dropped = tuple(c for c in frame.columns if c not in CANONICAL_COLUMNS)
-            prepared.append((frame, source, dropped, _incoming_table(frame, source)))
+            logged = "\n".join(notes[0]) if notes and len(notes[0]) else None
+            prepared.append((frame, source, dropped, _incoming_table(frame, source), logged))
         reports = []
         with self._write_lock, self._cursor() as cur:
             cur.execute("BEGIN TRANSACTION")
             try:
-                for frame, source, dropped, incoming in prepared:
+                for frame, source, dropped, incoming, logged in prepared:
                     _check_embedding_lengths(cur, frame)
                     cur.register("incoming", incoming)
                     try:
-                        added, replaced, unchanged = _merge(cur, source)
+                        added, replaced, unchanged = _merge(cur, source, logged)
                     finally:
                         cur.unregister("incoming")
                     notes = score_range_notes(frame)
@@ -450,7 +456,7 @@ class Store:
         return out
 
     def ingest_log(self) -> pd.DataFrame:
-        """One row per successful ingest: source, time, added, replaced, unchanged."""
+        """One row per successful ingest: source, time, added, replaced, unchanged, notes."""
         with self._cursor() as cur:
             return cur.execute("SELECT * FROM ingests ORDER BY ingested_at").df()
 

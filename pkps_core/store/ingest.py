@@ -115,7 +115,9 @@ def _check_embedding_lengths(cur: duckdb.DuckDBPyConnection, frame: pd.DataFrame
             )
 
 
-def _merge(cur: duckdb.DuckDBPyConnection, source: str) -> tuple[int, int, int]:
+def _merge(
+    cur: duckdb.DuckDBPyConnection, source: str, notes: str | None = None
+) -> tuple[int, int, int]:
     same = " AND ".join(f"i.{c} IS NOT DISTINCT FROM r.{c}" for c in _CONTENT_COLUMNS[3:])
     cur.execute(
         f"""
@@ -167,8 +169,8 @@ def _merge(cur: duckdb.DuckDBPyConnection, source: str) -> tuple[int, int, int]:
             )
         cur.execute("UPDATE meta SET value = value + 1 WHERE key = 'version'")
     cur.execute(
-        "INSERT INTO ingests (source, added, replaced, unchanged) VALUES (?, ?, ?, ?)",
-        [source, added, replaced, unchanged],
+        "INSERT INTO ingests (source, added, replaced, unchanged, notes) VALUES (?, ?, ?, ?, ?)",
+        [source, added, replaced, unchanged, notes],
     )
     cur.execute("DROP TABLE incoming_status")
     return added, replaced, unchanged

@@ -15,7 +15,8 @@ Tables
     :meth:`~pkps_core.store.Store.reset_embeddings` drops both tables to refit on the
     current corpus.
 ``ingests``
-    One row per successful ingest with its counts.
+    One row per successful ingest with its counts and the importer's notes (e.g. which
+    tasks had a lower-is-better metric, stored as 1 − score).
 ``meta``
     ``version``: a counter bumped by every change to ``responses`` (the app's cache key).
 """
@@ -73,5 +74,8 @@ _SCHEMA = (
         unchanged BIGINT
     )
     """,
+    # the importer's notes (e.g. a lower-is-better metric stored as 1 − score); stores made
+    # before the column existed gain it on first read-write open
+    "ALTER TABLE ingests ADD COLUMN IF NOT EXISTS notes VARCHAR",
     "INSERT INTO meta VALUES ('version', 0) ON CONFLICT DO NOTHING",
 )
