@@ -339,3 +339,24 @@ def test_next_prints_names_with_terminal_escapes_as_visible_text(tmp_path, capsy
     assert "task\\x1b[2J" in out
     code, _, err = cli(capsys, "next", "--input", source, "--target", "\x1b[31mnobody")
     assert code == 2 and "\x1b" not in err[0] and "\\x1b[31mnobody" in err[0]
+
+
+def test_a_store_that_does_not_hold_its_file_lets_other_processes_write(tmp_path, populated):
+    """The app's way of opening (``hold=False``): between two of its operations another
+    process may ingest, and the next read sees the new rows."""
+    with Store(populated, hold=False) as app_store:
+        version = app_store.version
+        done = subprocess.run(
+            [sys.executable, "-m", "pkps_core", "ingest", write(cache(["c/z"]), tmp_path / "c.csv")]
+            + ["--db", str(populated)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**__import__("os").environ, "PKPS_STORE_WAIT": "5"},
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert app_store.version == version + 1
+        assert app_store.summary()["models"] == 3
+        app_store.ingest(cache(["d/w"]), source="app")
+    assert state(populated)[2]["models"] == 4

@@ -43,6 +43,9 @@ class Store:
     wait : float, optional
         Seconds to wait while another process holds the file (default ``PKPS_STORE_WAIT``
         or 30); ``on_wait(message)`` is called once when the wait starts.
+    hold : bool, default=True
+        Keep the file open until :meth:`close`. False opens it for each operation only
+        (the app does this), so other processes can use the file in between.
 
     Notes
     -----
@@ -72,9 +75,11 @@ class Store:
         create: bool = True,
         wait: float | None = None,
         on_wait: Callable[[str], None] | None = None,
+        hold: bool = True,
     ) -> None:
         self.path = str(path)
         self.read_only = bool(read_only)
+        self._open = {"read_only": self.read_only, "wait": wait, "on_wait": on_wait}
         self._new_paths: list[Path] = []  # file and folders this object created
         if self.path == ":memory:":
             self._connection = duckdb.connect(self.path)
@@ -96,6 +101,11 @@ class Store:
             with self._write_lock, self._cursor() as cur:
                 for statement in _SCHEMA:
                     cur.execute(statement)
+        if not hold and self.path != ":memory:":
+            # Each operation opens the file and closes it again: other processes can
+            # read and write between two operations (e.g. an ingest while the app runs).
+            self._connection.close()
+            self._connection = None
 
     @classmethod
     def connect(cls, path: str | Path) -> Store:
@@ -104,7 +114,8 @@ class Store:
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""
-        self._connection.close()
+        if self._connection is not None:
+            self._connection.close()
 
     def __enter__(self) -> Store:
         return self
@@ -127,11 +138,18 @@ class Store:
 
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        cursor = self._connection.cursor()
+        if self._connection is not None:
+            cursor = self._connection.cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
+            return
+        connection = connect(self.path, **self._open)
         try:
-            yield cursor
+            yield connection
         finally:
-            cursor.close()
+            connection.close()
 
     @property
     def version(self) -> int:
