@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pkps_core.cli_args import _bandwidth, _components, _csv_list, _interval_level, _number_list
 from pkps_core.records import RecordsError, read_records
 from pkps_core.text import terminal_safe, terminal_safe_frame
 
@@ -38,24 +39,6 @@ def _records_for_csv(records: pd.DataFrame) -> pd.DataFrame:
         if column in out.columns:
             out[column] = [json.dumps([round(float(x), 8) for x in v]) for v in out[column]]
     return out
-
-
-def _bandwidth(text: str):
-    if text in ("cv", "median"):
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"bandwidth must be 'cv', 'median' or a number, got {text!r}"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("bandwidth must be >= 0")
-    return value
-
-
-def _csv_list(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
@@ -150,7 +133,7 @@ def _input_records(args: argparse.Namespace) -> pd.DataFrame:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from pkps_core.predict import mean_absolute_error, predict
+    from pkps_core.predict import mean_absolute_error, predict, reference_is_sample
 
     records = _input_records(args)
     space_params = _space_params(args)
@@ -174,7 +157,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
             + ", ".join(f"{m} {int(n)}" for m, n in flagged.items())
         )
     mae = mean_absolute_error(predictions)
-    if len(mae):
+    if len(mae) and reference_is_sample(predictions, records):
+        print("MAE against each cell's sample score (the input has no reference_score; sample")
+        print("and methods reading the cell's own scores are not held out from it):")
+    elif len(mae):
         print("MAE against reference_score (all cells with a reference):")
         for method, value in mae.items():
             print(f"  {method:<10} {value:.4f}")
@@ -228,47 +214,6 @@ def cmd_next(args: argparse.Namespace) -> int:
     with pd.option_context("display.width", 200, "display.max_colwidth", 80):
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     return 0
-
-
-def _interval_level(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a level in (0, 1), got {text!r}")
-    return value
-
-
-def _number_list(kind, *, allow_full: bool = False):
-    """Comma-separated numbers of ``kind``; with ``allow_full``, ``full`` stands for None."""
-
-    def parse(text: str) -> list:
-        values = []
-        for item in _csv_list(text):
-            if allow_full and item.lower() in ("full", "all"):
-                values.append(None)
-                continue
-            try:
-                values.append(kind(item))
-            except ValueError:
-                raise argparse.ArgumentTypeError(
-                    f"expected comma-separated {kind.__name__} values, got {item!r}"
-                ) from None
-        if not values:
-            raise argparse.ArgumentTypeError("expected at least one value")
-        return values
-
-    return parse
-
-
-def _components(text: str):
-    if text == "elbow":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'elbow', got {text!r}") from None
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -197,6 +197,7 @@ def predict(
     )
     n_models, n_tasks = len(context.models), len(context.tasks)
     results = {name: METHODS[name](context) for name in methods}
+    reference = _output_reference(context)
     frames = []
     for name in methods:
         result = results[name]
@@ -219,7 +220,7 @@ def predict(
                     "prediction": result.prediction.ravel(),
                     "sample_score": context.sample.ravel(),
                     "n_responses": context.n_responses.ravel(),
-                    "reference_score": context.reference_score.ravel(),
+                    "reference_score": reference.ravel(),
                     "note": np.asarray(notes, dtype=object).ravel(),
                     "lower": trust["lower"].ravel(),
                     "upper": trust["upper"].ravel(),
@@ -234,6 +235,29 @@ def predict(
     if context.has_shadows:  # calibration copies, not models of the input
         out = out[~out["model"].isin(context.models[context.shadows])].reset_index(drop=True)
     return out
+
+
+def _output_reference(context: PredictionContext) -> np.ndarray:
+    """The ``reference_score`` column: the input's, or where the input has none at all
+    (README, "Input"), each reference model's sample score (targets: NaN — a new model's
+    few responses are not a reference)."""
+    given = context.reference_score
+    if np.isfinite(given).any():
+        return given
+    reference = context.sample.copy()
+    if context.targets is not None:
+        reference[context.targets] = np.nan
+    return reference
+
+
+def reference_is_sample(predictions: pd.DataFrame, records: pd.DataFrame) -> bool:
+    """True when ``predictions``' references are sample scores (the input had no
+    ``reference_score``): methods that read a cell's own scores (sample, ensemble, aipw,
+    rs-learn) are then not held out from their reference."""
+    has_column = "reference_score" in records.columns
+    return not (has_column and records["reference_score"].notna().any()) and bool(
+        predictions["reference_score"].notna().any()
+    )
 
 
 def mean_absolute_error(predictions: pd.DataFrame, truth: pd.DataFrame | None = None) -> pd.Series:

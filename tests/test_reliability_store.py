@@ -360,3 +360,34 @@ def test_a_store_that_does_not_hold_its_file_lets_other_processes_write(tmp_path
         assert app_store.summary()["models"] == 3
         app_store.ingest(cache(["d/w"]), source="app")
     assert state(populated)[2]["models"] == 4
+
+
+def test_without_reference_scores_the_reference_is_the_sample_score_and_the_cli_says_so(
+    tmp_path, capsys
+):
+    models = ["a/x", "a/x2", "b/y", "b/y2", "c/z", "c/z2"]
+    source = write(cache(models, n_queries=6), tmp_path / "noref.csv")
+    out = tmp_path / "p.csv"
+    code, printed, err = cli(
+        capsys, "predict", "--input", source, "--out", out, "--targets", "c/z", "--no-interval"
+    )
+    assert code == 0, err
+    assert "MAE against each cell's sample score (the input has no reference_score" in printed
+    predictions = pd.read_csv(out)
+    references = predictions[predictions["model"] != "c/z"]
+    assert references["reference_score"].notna().all()
+    assert (references["reference_score"] == references["sample_score"]).all()
+    # a target's few responses are not a reference
+    assert predictions.loc[predictions["model"] == "c/z", "reference_score"].isna().all()
+    with_column = cache(models, n_queries=6).assign(reference_score=0.5)
+    code, printed, _ = cli(
+        capsys,
+        "predict",
+        "--input",
+        write(with_column, tmp_path / "ref.csv"),
+        "--out",
+        out,
+        "--no-interval",
+    )
+    assert code == 0 and "MAE against reference_score" in printed
+    assert (pd.read_csv(out)["reference_score"] == 0.5).all()

@@ -28,7 +28,7 @@ LAYERS = [
     {"predict"},
     {"protocols"},
     {"views", "uploads", "demo"},
-    {"cli", "__main__", "__init__"},
+    {"cli", "cli_args", "__main__", "__init__"},
 ]
 
 
