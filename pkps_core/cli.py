@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.records import RecordsError, read_records
+from pkps_core.report import add_parser as add_report_parser
 
 
 def _write_table(frame: pd.DataFrame, path: str) -> None:
@@ -476,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="counts, coverage and pairedness of a store")
     info.add_argument("--db", required=True)
     info.set_defaults(run=cmd_info)
+    add_report_parser(sub)
     return parser
 
 
