@@ -24,8 +24,13 @@ def read_upload(name: str, data: bytes) -> pd.DataFrame:
 def uploaded_model_report(
     path: str, version: int, name: str, data: bytes, holdout: str
 ) -> tuple[NewModelReport, list[str]]:
-    store_records = shared.active_store().records(with_embeddings=False)
-    records, model, notes = upload_target(read_upload(name, data), store_records)
+    # the store's vectors, and its fitted embedders for the upload's texts: nothing of the
+    # store is embedded again (on AlpacaEval that refit was most of the time)
+    store = shared.open_store(path)
+    embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
+    records, model, notes = upload_target(
+        read_upload(name, data), shared.load_records(path, version), embedders
+    )
     return new_model_report(records, model, holdout=holdout), notes
 
 

@@ -201,3 +201,47 @@ def test_names_are_escaped_in_the_figures_and_html(result):
     page = reports.report_html(evil)
     assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
     assert "<i>task" not in page
+
+
+def _text_cache() -> pd.DataFrame:
+    topics = ["rivers", "planets", "poems", "prime numbers", "bread", "violins"]
+    rows = [
+        {
+            "model": f"{'alpha' if m < 3 else 'beta'}/m{m}",
+            "task": task,
+            "query_id": str(q),
+            "query": f"Question {q} of {task} about {topics[q]}",
+            "response": f"answer {'right' if (m + q) % 3 else 'wrong'} about {topics[q]} {m}",
+            "score": float((m + q) % 3 != 0),
+        }
+        for m in range(6)
+        for task in ("geo", "math")
+        for q in range(6)
+    ]
+    return pd.DataFrame(rows)
+
+
+def test_an_upload_is_embedded_by_the_stores_fitted_embedders(tmp_path):
+    from pkps_core.store import Store
+
+    cache = _text_cache()
+    upload = cache[cache["model"] == "beta/m5"].assign(model="new/upload").drop(columns="score")
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest(cache[cache["model"] != "beta/m5"])
+        assert store.fitted_embedder("response") is None  # nothing read with vectors yet
+        records = store.records()
+        embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
+        assert all(e is not None for e in embedders.values())
+        combined, model, notes = upload_target(upload, records, embedders)
+        assert not notes  # nothing embedded afresh
+        # the store's vectors are kept as they were, and the upload's are the store's own
+        # for the same texts: ingesting the upload gives the same vectors
+        kept = combined[combined["model"] != model].reset_index(drop=True)
+        for column in ("query_embedding", "response_embedding"):
+            np.testing.assert_array_equal(np.vstack(kept[column]), np.vstack(records[column]))
+        store.ingest(upload)
+        stored = store.records(models=[model])
+    ours = combined[combined["model"] == model].sort_values(["task", "query_id"])
+    np.testing.assert_allclose(
+        np.vstack(ours["response_embedding"]), np.vstack(stored["response_embedding"])
+    )

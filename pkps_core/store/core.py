@@ -288,6 +288,19 @@ class Store:
         )
         return embedder
 
+    def fitted_embedder(
+        self, kind: str, embedder: TextEmbedder | None = None
+    ) -> TextEmbedder | None:
+        """The fitted embedder whose vectors :meth:`records` gives ``kind`` ("query" or
+        "response") texts, to embed texts from outside the store alike (a new model's
+        upload); None until a read with embeddings has fitted it. Writes nothing."""
+        template = default_embedder() if embedder is None else embedder
+        with self._cursor() as cur:
+            row = _first_row(
+                cur, "SELECT state FROM embedders WHERE embedder = ?", [f"{template.name}|{kind}"]
+            )
+        return None if row is None else clone(template, safe=False).set_state(bytes(row[0]))
+
     def reset_embeddings(self) -> None:
         """Drop cached vectors and fitted embedders; the next read refits on all texts."""
         with self._write_lock, self._cursor() as cur:

@@ -209,8 +209,25 @@ def warning_sentences(tasks: pd.DataFrame) -> list[str]:
     return out
 
 
+def _embedded_like_the_store(uploaded: pd.DataFrame, embedders: dict) -> pd.DataFrame:
+    """The upload with vectors from the store's fitted embedders, where it has the texts
+    and no vectors of its own (unchanged otherwise)."""
+    out = uploaded.copy()
+    for kind in ("query", "response"):
+        column = f"{kind}_embedding"
+        has_vectors = column in out and out[column].notna().all()
+        if has_vectors or embedders.get(kind) is None:
+            continue
+        if kind not in out or out[kind].isna().any():
+            return uploaded
+        out[column] = list(embedders[kind].transform(out[kind].tolist()))
+    return out
+
+
 def upload_target(
-    uploaded: pd.DataFrame, store_records: pd.DataFrame
+    uploaded: pd.DataFrame,
+    store_records: pd.DataFrame,
+    embedders: dict | None = None,
 ) -> tuple[pd.DataFrame, str, list[str]]:
     """An uploaded model's records joined to the store's, ready to predict it as a target.
 
@@ -220,6 +237,11 @@ def upload_target(
         Canonical records of exactly one model (e.g. :func:`pkps_core.uploads.read_uploads`).
     store_records : DataFrame
         The store's records (with or without embeddings).
+    embedders : dict, optional
+        ``{"query": embedder, "response": embedder}``: the store's fitted text embedders
+        (:meth:`pkps_core.store.Store.fitted_embedder`). With them and ``store_records``
+        carrying vectors, the upload's texts are embedded alike and the store's vectors
+        kept; otherwise every text is embedded afresh together.
 
     Returns
     -------
@@ -254,6 +276,8 @@ def upload_target(
         uploaded["model"] = name
         notes.append(f"the store already holds {model!r}; the upload is predicted as {name!r}")
         model = name
+    if embedders and all(c in store_records for c in EMBEDDING_COLUMNS):
+        uploaded = _embedded_like_the_store(uploaded, embedders)
     combined = pd.concat([store_records, uploaded], ignore_index=True)
     partial = [c for c in EMBEDDING_COLUMNS if c in combined and combined[c].isna().any()]
     if partial:
