@@ -113,3 +113,40 @@ def test_uploaded_unscored_responses_are_predicted_and_not_stored(demo_store):
     assert not at.exception
     with Store(demo_store) as db:
         assert UPLOADED in set(db.records(with_embeddings=False)["model"])
+
+
+ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
+
+
+def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, monkeypatch):
+    if not ALPACA.exists():
+        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+    import pandas as pd
+
+    cache = pd.read_parquet(ALPACA)
+    path = tmp_path / "alpaca.duckdb"
+    with Store(path) as db:
+        db.ingest(cache, source="alpaca_eval_40.parquet")
+        state = db.content_hash()
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    model = sorted(cache["model"].unique())[5]
+    own = cache[cache["model"] == model].sample(20, random_state=0)
+    upload = own[["model", "task", "query_id", "query", "response"]].assign(model=UPLOADED)
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(PAGE).run()
+    at.radio(key="new_model_source").set_value("Upload its responses").run()
+    csv = upload.to_csv(index=False).encode()
+    at.file_uploader(key="new_model_upload").set_value(("new.csv", csv, "text/csv")).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert UPLOADED in [t.value for t in at.text]
+    metrics = _metrics(at)
+    assert metrics["Rank among references"].endswith(f"of {cache['model'].nunique() + 1}")
+    tasks = at.dataframe[0].value
+    assert tasks["n_responses"].sum() == 20
+    assert tasks["prediction"].notna().all()
+    # the model it was sampled from is its nearest reference in PKPS
+    neighbours = next(d.value for d in at.dataframe if "neighbour" in d.value.columns)
+    assert neighbours["neighbour"].iloc[0] == model
+    with Store(path) as db:
+        assert db.content_hash() == state
