@@ -1,7 +1,8 @@
 """Predictions: every (model, task) cell by each method, errors, and exports."""
 
+import html
+
 import pandas as pd
-import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -45,27 +46,38 @@ defaults = {
     "intervals": True,
 }
 settings = st.session_state.setdefault("prediction_settings", defaults)
+# Keyed widgets keep one identity while their defaults follow the submitted settings
+# (an unkeyed widget whose default changes is a new widget, and the next submit's
+# edits to the old one were lost).
 with st.form("prediction_form"):
     top = st.columns([3, 3, 1, 1, 1])
-    methods = top[0].multiselect("Methods", available, default=settings["methods"])
+    methods = top[0].multiselect(
+        "Methods", available, default=settings["methods"], key="pred_methods"
+    )
     targets = top[1].multiselect(
         "Targets (models predicted as new: their cells never serve as references)",
         models,
         default=[t for t in settings["targets"] if t in models],
+        key="pred_targets",
     )
     holdout = top[2].radio(
         "Holdout",
         ["family", "model"],
         index=["family", "model"].index(settings["holdout"]),
         help="family: no model of the cell's family is a reference (the papers' protocol)",
+        key="pred_holdout",
     )
     bandwidth = top[3].radio(
-        "Bandwidth", ["cv", "median"], index=["cv", "median"].index(settings["bandwidth"])
+        "Bandwidth",
+        ["cv", "median"],
+        index=["cv", "median"].index(settings["bandwidth"]),
+        key="pred_bandwidth",
     )
     response_kernel = top[4].selectbox(
         "Response kernel",
         RESPONSE_KERNELS,
         index=list(RESPONSE_KERNELS).index(settings["response_kernel"]),
+        key="pred_response_kernel",
     )
     intervals = st.checkbox(
         f"{INTERVAL_LEVEL:.0%} intervals and extrapolation warnings",
@@ -73,6 +85,7 @@ with st.form("prediction_form"):
         help="Conformal intervals calibrated on held-out families' residuals (with targets: "
         "on the shadows' residuals, at the targets' budget); without targets it re-runs each "
         "method once per family fold, so it takes several times longer.",
+        key="pred_intervals",
     )
     if st.form_submit_button("Predict", type="primary"):
         settings = {
@@ -118,162 +131,187 @@ with st.status("Predicting…", expanded=False) as status:
 predictions = views.prediction_export(pd.concat(frames, ignore_index=True))
 evaluated = settings["targets"] or None
 
-# ---------------------------------------------------------------------- errors
-st.header("Error against references")
-scope = "the target models' cells" if evaluated else "all cells"
-st.caption(
-    f"Mean absolute error of the prediction against each cell's reference score, over {scope} "
-    "with both."
+summary_tab, task_tab, cells_tab, next_tab, export_tab = st.tabs(
+    ["Summary", "Per task", "Cells", "What to evaluate next", "Export"]
 )
-mae = views.mae_table(predictions, evaluated)
-st.dataframe(
-    mae, width="stretch", column_config={"MAE": st.column_config.NumberColumn(format="%.4f")}
-)
-
 has_intervals = predictions["lower"].notna().any()
-if has_intervals:
-    st.caption(
-        f"{INTERVAL_LEVEL:.0%} intervals: coverage of the references (cells scored under "
-        "the chosen holdout), mean width, and cells warned as extrapolation."
-    )
-    st.dataframe(
-        views.interval_table(predictions, evaluated),
-        width="stretch",
-        column_config={
-            "coverage": st.column_config.NumberColumn(format="%.3f"),
-            "mean_width": st.column_config.NumberColumn(format="%.4f"),
-        },
-    )
-
 scored = views.error_bar_frame(predictions)
 if evaluated:
     scored = scored[scored["model"].isin(evaluated)]
-if len(scored):
-    st.subheader("Predicted vs reference")
+
+# ---------------------------------------------------------------------- summary
+with summary_tab:
+    scope = "the target models' cells" if evaluated else "all cells"
+    st.caption(
+        f"Mean absolute error of the prediction against each cell's reference score, over "
+        f"{scope} with both (MAE; cells_scored: cells with both; cells_predicted: cells with "
+        "a prediction; cells: all cells)."
+    )
+    mae = views.mae_table(predictions, evaluated)
+    st.dataframe(
+        mae, width="stretch", column_config={"MAE": st.column_config.NumberColumn(format="%.4f")}
+    )
+    notes = views.method_notes(predictions)
+    if len(notes):
+        st.caption("Why some methods leave cells without a prediction (the export's `note`):")
+        st.dataframe(notes, hide_index=True, width="stretch")
     if has_intervals:
         st.caption(
-            f"Error bars: the {INTERVAL_LEVEL:.0%} interval. Diamonds: cells warned as "
-            "extrapolation; their intervals also hold the cell's own sampling interval, as "
-            "the references say nothing about them."
+            f"{INTERVAL_LEVEL:.0%} intervals: coverage of the references (share of cells whose "
+            "reference lies inside), mean width, cells with an interval, and cells warned as "
+            "extrapolation."
         )
-    figure = px.scatter(
-        scored,
-        x="reference_score",
-        y="prediction",
-        facet_col="method",
-        facet_col_wrap=4,
-        hover_data=["model", "task", "sample_score", "n_responses", "lower", "upper"],
-        error_y="err_plus" if has_intervals else None,
-        error_y_minus="err_minus" if has_intervals else None,
-        symbol="extrapolation" if has_intervals else None,
-        symbol_map={True: "diamond", False: "circle"},
-        opacity=0.7,
-    )
-    low = float(min(scored["reference_score"].min(), scored["prediction"].min()))
-    high = float(max(scored["reference_score"].max(), scored["prediction"].max()))
-    figure.add_shape(
-        type="line",
-        x0=low,
-        y0=low,
-        x1=high,
-        y1=high,
-        row="all",
-        col="all",
-        line={"dash": "dash", "color": "grey"},
-    )
-    figure.for_each_annotation(lambda a: a.update(text=a.text.removeprefix("method=")))
-    rows = -(-scored["method"].nunique() // 4)
-    figure.update_layout(height=320 * rows, margin={"t": 30})
-    st.plotly_chart(figure, width="stretch", key="predicted_vs_true")
+        st.dataframe(
+            views.interval_table(predictions, evaluated),
+            width="stretch",
+            column_config={
+                "coverage": st.column_config.NumberColumn(format="%.3f"),
+                "mean_width": st.column_config.NumberColumn(format="%.4f"),
+            },
+        )
+    if len(scored):
+        st.subheader("Predicted vs reference")
+        shown_models = sorted(scored["model"].unique())
+        highlight = None
+        if has_intervals:
+            choices = ["(none)", *shown_models]
+            preferred = evaluated[0] if evaluated and evaluated[0] in shown_models else None
+            picked = st.selectbox(
+                "Draw the intervals of one model",
+                choices,
+                index=choices.index(preferred) if preferred else 0,
+                key="pred_highlight",
+                help="Every cell's interval is in its hover; drawn here for one model only.",
+            )
+            highlight = None if picked == "(none)" else picked
+            st.caption(
+                "One point per cell; hover for the model, task and interval. Orange: cells "
+                "warned as extrapolation (their intervals also hold the cell's own sampling "
+                "interval). Dashed: predicted = reference."
+            )
+        figure = views.predicted_vs_reference_figure(
+            scored, highlight=highlight, level=INTERVAL_LEVEL if has_intervals else None
+        )
+        st.plotly_chart(figure, width="stretch", key="predicted_vs_true")
+    else:
+        st.info(
+            "No cell has both a prediction and a reference score, so there is no error to show."
+        )
 
-    st.subheader("Per task")
+# ---------------------------------------------------------------------- per task
+with task_tab:
     by_task = views.per_task_mae(predictions, evaluated)
-    st.dataframe(by_task, width="stretch")
-    long = by_task.reset_index().melt(id_vars="task", var_name="method", value_name="MAE")
-    bars = go.Figure(
-        [
-            go.Bar(name=method, x=group["task"], y=group["MAE"])
-            for method, group in long.groupby("method", sort=False)
-        ]
-    )
-    bars.update_layout(barmode="group", height=320, yaxis_title="MAE", margin={"t": 20})
-    st.plotly_chart(bars, width="stretch", key="per_task_bars")
-else:
-    st.info("No cell has both a prediction and a reference score, so there is no error to show.")
+    if len(by_task):
+        st.caption("MAE against the references per task (rows) and method (columns).")
+        st.dataframe(by_task, width="stretch")
+        long = by_task.reset_index().melt(id_vars="task", var_name="method", value_name="MAE")
+        bars = go.Figure(
+            [
+                go.Bar(
+                    name=html.escape(str(method)), x=group["task"].map(html.escape), y=group["MAE"]
+                )
+                for method, group in long.groupby("method", sort=False)
+            ]
+        )
+        bars.update_layout(
+            barmode="group",
+            height=320,
+            xaxis_title="task",
+            yaxis_title="MAE (score units)",
+            margin={"t": 20},
+        )
+        st.plotly_chart(bars, width="stretch", key="per_task_bars")
+    else:
+        st.info("No cell has both a prediction and a reference score.")
 
 # ---------------------------------------------------------------------- cells
-st.header("Cells")
-table = views.cell_overview(predictions, settings["methods"])
-chosen_models = st.multiselect("Show models", models, key="cell_models")
-if chosen_models:
-    table = table[table["model"].isin(chosen_models)]
-if has_intervals:
-    st.caption(
-        f"Highlighted: {int(table['extrapolation'].sum())} cell(s) whose prediction "
-        "extrapolates beyond the references: the model's sample score (pooled over its tasks, "
-        "or the cell's own) lies beyond the references' range, or the model lies outside "
-        "their region of the perspective space. The reason column says which."
-    )
-    shown = table.style.apply(
-        lambda row: ["background-color: #fde2b8" if row["extrapolation"] else ""] * len(row),
-        axis=1,
-    )
-else:
-    shown = table
-st.dataframe(shown, hide_index=True, width="stretch")
+with cells_tab:
+    table = views.cell_overview(predictions, settings["methods"])
+    chosen_models = st.multiselect("Show models", models, key="cell_models")
+    if chosen_models:
+        table = table[table["model"].isin(chosen_models)]
+    if has_intervals:
+        st.caption(
+            f"Highlighted: {int(table['extrapolation'].sum())} cell(s) whose prediction "
+            "extrapolates beyond the references: the model's sample score (pooled over its "
+            "tasks, or the cell's own) lies beyond the references' range, or the model lies "
+            "outside their region of the perspective space. The reason column says which."
+        )
+        shown = table.style.apply(
+            lambda row: ["background-color: #fde2b8" if row["extrapolation"] else ""] * len(row),
+            axis=1,
+        )
+    else:
+        shown = table
+    st.dataframe(shown, hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------------- next
-if has_intervals:
-    st.header("What to evaluate next")
-    st.caption(
-        "A model's missing or thinly observed cells, widest interval first: where an extra "
-        "query is likely to help most."
-    )
-    picks = st.columns(2)
-    next_target = picks[0].selectbox(
-        "Model", models, index=models.index(evaluated[0]) if evaluated else 0, key="next_model"
-    )
-    with_interval = [
-        m
-        for m in settings["methods"]
-        if predictions.loc[predictions["method"] == m, "lower"].notna().any()
-    ]
-    if not with_interval:
-        st.info("None of the chosen methods could be calibrated on these references.")
+with next_tab:
+    if not has_intervals:
+        st.info("Tick the intervals option and press Predict: the ranking reads the intervals.")
     else:
-        preferred = next((m for m in ("ensemble", "pkps") if m in with_interval), None)
-        next_method = picks[1].selectbox(
-            "Intervals of",
-            with_interval,
-            index=with_interval.index(preferred) if preferred else 0,
-            key="next_method",
+        st.caption(
+            "A model's missing or thinly observed cells, widest interval first: where an "
+            "extra query is likely to help most."
         )
-        ranking = trust.next_cells(predictions, next_target, method=next_method, top=10)
-        if len(ranking):
-            st.dataframe(ranking, hide_index=True, width="stretch")
+        # follow the chosen targets: a new set of targets moves the pick to the first
+        follows = tuple(settings["targets"])
+        if evaluated and st.session_state.get("next_model_follows") != follows:
+            st.session_state["next_model"] = evaluated[0]
+        elif st.session_state.get("next_model") not in models:
+            st.session_state["next_model"] = evaluated[0] if evaluated else models[0]
+        st.session_state["next_model_follows"] = follows
+        picks = st.columns(2)
+        next_target = picks[0].selectbox("Model", models, key="next_model")
+        with_interval = [
+            m
+            for m in settings["methods"]
+            if predictions.loc[predictions["method"] == m, "lower"].notna().any()
+        ]
+        if not with_interval:
+            st.info("None of the chosen methods could be calibrated on these references.")
         else:
-            st.info("Every cell of this model is as observed as its task allows.")
+            preferred = next((m for m in ("ensemble", "pkps") if m in with_interval), None)
+            next_method = picks[1].selectbox(
+                "Intervals of",
+                with_interval,
+                index=with_interval.index(preferred) if preferred else 0,
+                key="next_method",
+            )
+            ranking = trust.next_cells(predictions, next_target, method=next_method, top=10)
+            if len(ranking):
+                st.dataframe(ranking, hide_index=True, width="stretch")
+            else:
+                st.info("Every cell of this model is as observed as its task allows.")
 
 # ---------------------------------------------------------------------- export
-st.header("Export")
-st.caption("The same columns as `python -m pkps_core predict`: " + ", ".join(predictions.columns))
-buttons = st.columns(3)
-buttons[0].download_button(
-    "Predictions (CSV)",
-    views.export_bytes(predictions, "csv"),
-    file_name="predictions.csv",
-    mime="text/csv",
-)
-buttons[1].download_button(
-    "Predictions (Parquet)",
-    views.export_bytes(predictions, "parquet"),
-    file_name="predictions.parquet",
-    mime="application/vnd.apache.parquet",
-)
-buttons[2].download_button(
-    "Model coordinates (CSV)",
-    # Generated on click: the coordinates need both spaces fitted.
-    lambda: views.export_bytes(shared.prediction_coordinates(*key), "csv"),
-    file_name="coordinates.csv",
-    mime="text/csv",
-)
+with export_tab:
+    st.caption(
+        "The same columns as `python -m pkps_core predict`: " + ", ".join(predictions.columns)
+    )
+    # Every file is built now and handed over as bytes under a fixed key: a download
+    # generated on click ("deferred") could be gone from the media store by the time the
+    # browser asked for it (MediaFileStorageError after a fresh Predict).
+    coordinates = shared.prediction_coordinates(*key)
+    buttons = st.columns(3)
+    buttons[0].download_button(
+        "Predictions (CSV)",
+        views.export_bytes(predictions, "csv"),
+        file_name="predictions.csv",
+        mime="text/csv",
+        key="pred_download_csv",
+    )
+    buttons[1].download_button(
+        "Predictions (Parquet)",
+        views.export_bytes(predictions, "parquet"),
+        file_name="predictions.parquet",
+        mime="application/vnd.apache.parquet",
+        key="pred_download_parquet",
+    )
+    buttons[2].download_button(
+        "Model coordinates (CSV)",
+        views.export_bytes(coordinates, "csv"),
+        file_name="coordinates.csv",
+        mime="text/csv",
+        key="pred_download_coordinates",
+    )

@@ -16,6 +16,7 @@ import pandas as pd
 
 from pkps_core.cli_args import _bandwidth, _components, _csv_list, _interval_level, _number_list
 from pkps_core.records import RecordsError, read_records
+from pkps_core.report import add_parser as add_report_parser
 from pkps_core.text import terminal_safe, terminal_safe_frame
 
 
@@ -424,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="counts, coverage and pairedness of a store")
     info.add_argument("--db", required=True)
     info.set_defaults(run=cmd_info)
+    add_report_parser(sub)
     return parser
 
 

@@ -28,6 +28,7 @@ LAYERS = [
     {"predict"},
     {"protocols"},
     {"views", "uploads", "demo"},
+    {"report"},  # a view's content as figures, HTML and text, for the page and the CLI
     {"cli", "cli_args", "__main__", "__init__"},
 ]
 

@@ -23,8 +23,20 @@ from pkps_core.store.ingest import (
     score_range_notes,
 )
 from pkps_core.store.locks import _write_lock
-from pkps_core.store.opening import StoreError, check_is_store, check_path, connect
-from pkps_core.store.schema import _CONTENT_COLUMNS, _EMBEDDING_COLUMNS, _SCALAR_COLUMNS, _SCHEMA
+from pkps_core.store.opening import (
+    StoreError,
+    check_is_store,
+    check_path,
+    connect,
+    remove_new_paths,
+)
+from pkps_core.store.schema import (
+    _CONTENT_COLUMNS,
+    _EMBEDDING_COLUMNS,
+    _SCALAR_COLUMNS,
+    _SCHEMA,
+    PAIREDNESS_SQL,
+)
 
 
 class Store:
@@ -128,12 +140,7 @@ class Store:
             self._remove_new_paths()
 
     def _remove_new_paths(self) -> None:
-        for path in self._new_paths:
-            for leftover in (path, path.with_name(path.name + ".wal")):
-                if leftover.is_file():
-                    leftover.unlink()
-            if path.is_dir() and not any(path.iterdir()):
-                path.rmdir()
+        remove_new_paths(self._new_paths)
         self._new_paths = []
 
     @contextmanager
@@ -384,6 +391,19 @@ class Store:
         )
         return embedder
 
+    def fitted_embedder(
+        self, kind: str, embedder: TextEmbedder | None = None
+    ) -> TextEmbedder | None:
+        """The fitted embedder whose vectors :meth:`records` gives ``kind`` ("query" or
+        "response") texts, to embed texts from outside the store alike (a new model's
+        upload); None until a read with embeddings has fitted it. Writes nothing."""
+        template = default_embedder() if embedder is None else embedder
+        with self._cursor() as cur:
+            row = _first_row(
+                cur, "SELECT state FROM embedders WHERE embedder = ?", [f"{template.name}|{kind}"]
+            )
+        return None if row is None else clone(template, safe=False).set_state(bytes(row[0]))
+
     def reset_embeddings(self) -> None:
         """Drop cached vectors and fitted embedders; the next read refits on all texts."""
         if self.read_only:
@@ -434,28 +454,7 @@ class Store:
             (``rho = 1``).
         """
         with self._cursor() as cur:
-            return cur.execute(
-                """
-                WITH q AS (
-                    SELECT DISTINCT model, task, query_id FROM responses
-                    WHERE ?::VARCHAR IS NULL OR task = ?::VARCHAR
-                ),
-                sizes AS (SELECT model, count(*) AS n_queries FROM q GROUP BY model),
-                shared AS (
-                    SELECT a.model AS model_a, b.model AS model_b, count(*) AS n_shared
-                    FROM q a JOIN q b ON a.task = b.task AND a.query_id = b.query_id
-                    GROUP BY a.model, b.model
-                )
-                SELECT sa.model AS model_a, sb.model AS model_b,
-                       coalesce(s.n_shared, 0) AS n_shared,
-                       sa.n_queries AS n_queries_a,
-                       coalesce(s.n_shared, 0) / sa.n_queries AS rho
-                FROM sizes sa CROSS JOIN sizes sb
-                LEFT JOIN shared s ON s.model_a = sa.model AND s.model_b = sb.model
-                ORDER BY model_a, model_b
-                """,
-                [task, task],
-            ).df()
+            return cur.execute(PAIREDNESS_SQL, [task, task]).df()
 
     def summary(self) -> dict[str, int]:
         """Counts: models, tasks, families, responses, scored responses, queries, version."""

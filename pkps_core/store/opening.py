@@ -146,6 +146,16 @@ def check_is_store(connection: duckdb.DuckDBPyConnection, path: str) -> None:
         )
 
 
+def remove_new_paths(paths: list[Path]) -> None:
+    """Remove a store file (and its WAL) and the folders made for it, as far as empty."""
+    for path in paths:
+        for leftover in (path, path.with_name(path.name + ".wal")):
+            if leftover.is_file():
+                leftover.unlink()
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__

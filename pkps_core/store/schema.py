@@ -79,3 +79,24 @@ _SCHEMA = (
     "ALTER TABLE ingests ADD COLUMN IF NOT EXISTS notes VARCHAR",
     "INSERT INTO meta VALUES ('version', 0) ON CONFLICT DO NOTHING",
 )
+
+# ρ between every ordered pair of models (Store.pairedness); parameters: task, task
+PAIREDNESS_SQL = """
+WITH q AS (
+    SELECT DISTINCT model, task, query_id FROM responses
+    WHERE ?::VARCHAR IS NULL OR task = ?::VARCHAR
+),
+sizes AS (SELECT model, count(*) AS n_queries FROM q GROUP BY model),
+shared AS (
+    SELECT a.model AS model_a, b.model AS model_b, count(*) AS n_shared
+    FROM q a JOIN q b ON a.task = b.task AND a.query_id = b.query_id
+    GROUP BY a.model, b.model
+)
+SELECT sa.model AS model_a, sb.model AS model_b,
+       coalesce(s.n_shared, 0) AS n_shared,
+       sa.n_queries AS n_queries_a,
+       coalesce(s.n_shared, 0) / sa.n_queries AS rho
+FROM sizes sa CROSS JOIN sizes sb
+LEFT JOIN shared s ON s.model_a = sa.model AND s.model_b = sb.model
+ORDER BY model_a, model_b
+"""

@@ -21,7 +21,9 @@ from pkps_core.views.predictions import (
     export_bytes,
     interval_table,
     mae_table,
+    method_notes,
     per_task_mae,
+    predicted_vs_reference_figure,
     prediction_export,
 )
 from pkps_core.views.space import (
@@ -47,6 +49,7 @@ __all__ = [
     "family_pairedness",
     "interval_table",
     "mae_table",
+    "method_notes",
     "model_order",
     "model_table",
     "nearest_neighbours",
@@ -54,6 +57,7 @@ __all__ = [
     "paginate",
     "pairedness_matrix",
     "per_task_mae",
+    "predicted_vs_reference_figure",
     "prediction_export",
     "scatter_frame",
     "selected_models",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
 from pkps_core.predict import OUTPUT_COLUMNS
@@ -136,3 +137,163 @@ def cell_overview(predictions: pd.DataFrame, methods: Sequence[str]) -> pd.DataF
         len(info.columns) + len(wide.columns), "extrapolation", table["extrapolation_reason"] != ""
     )
     return table.reset_index()
+
+
+def method_notes(predictions: pd.DataFrame) -> pd.DataFrame:
+    """Per method, why some cells have no prediction: the distinct ``note`` texts of its
+    unpredicted cells with how many cells each explains (methods predicting every cell
+    are left out).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method, cells, note``, most cells first within a method.
+    """
+    missing = predictions[predictions["prediction"].isna()]
+    notes = missing["note"].fillna("").replace("", "no reason given")
+    table = (
+        missing.assign(note=notes)
+        .groupby(["method", "note"], sort=False)
+        .size()
+        .rename("cells")
+        .reset_index()
+    )
+    order = {m: i for i, m in enumerate(dict.fromkeys(predictions["method"]))}
+    table = table.sort_values(
+        ["method", "cells"], key=lambda c: c.map(order) if c.name == "method" else -c
+    )
+    return table[["method", "cells", "note"]].reset_index(drop=True)
+
+
+def predicted_vs_reference_figure(
+    scored: pd.DataFrame, *, highlight: str | None = None, level: float | None = None
+):
+    """Predicted against reference score, one facet per method, legible at 1,000+ cells.
+
+    Points only (WebGL), each with its interval in the hover; error bars only on the
+    ``highlight`` model's cells (drawn in red); cells warned as extrapolation in orange;
+    the identity line and equal axes on every facet.
+
+    Parameters
+    ----------
+    scored : DataFrame
+        :func:`error_bar_frame` rows (cells with a prediction and a reference).
+    highlight : str, optional
+        A model whose cells get their intervals drawn.
+    level : float, optional
+        The intervals' coverage level, for the hover (None: no intervals).
+    """
+    import html
+
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    methods = list(dict.fromkeys(scored["method"]))
+    columns = min(len(methods), 3) or 1
+    rows = -(-len(methods) // columns) or 1
+    figure = make_subplots(
+        rows=rows,
+        cols=columns,
+        subplot_titles=[html.escape(m) for m in methods],
+        horizontal_spacing=0.06,
+        vertical_spacing=0.12,
+    )
+    values = pd.concat([scored["reference_score"], scored["prediction"]])
+    low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 1.0)
+    pad = 0.03 * max(high - low, 1e-9)
+    span = [low - pad, high + pad]
+    interval = f"{level:.0%} interval" if level else "interval"
+    hover = (
+        "%{customdata[0]}<br>task %{customdata[1]}<br>reference %{x:.3f}<br>"
+        "predicted %{y:.3f}<br>"
+        + (f"{interval} %{{customdata[2]:.3f}}–%{{customdata[3]:.3f}}<br>" if level else "")
+        + "%{customdata[4]}<extra></extra>"
+    )
+    groups = (
+        ("cells", "#1f77b4", False),
+        ("extrapolation warned", "#ff7f0e", True),
+    )
+    for k, method in enumerate(methods):
+        row, col = k // columns + 1, k % columns + 1
+        part = scored[scored["method"] == method]
+        warned = part["extrapolation"].astype(bool)
+        for name, colour, flag in groups:
+            cells = part[warned == flag]
+            custom = pd.DataFrame(
+                {
+                    "model": cells["model"].map(lambda s: html.escape(str(s))),
+                    "task": cells["task"].map(lambda s: html.escape(str(s))),
+                    "lower": cells["lower"],
+                    "upper": cells["upper"],
+                    "warned": np.where(flag, "extrapolation warned", ""),
+                }
+            )
+            figure.add_trace(
+                go.Scattergl(
+                    x=cells["reference_score"],
+                    y=cells["prediction"],
+                    mode="markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=k == 0,
+                    marker={"color": colour, "size": 5, "opacity": 0.6},
+                    customdata=custom.to_numpy(dtype=object),
+                    hovertemplate=hover,
+                ),
+                row=row,
+                col=col,
+            )
+        if highlight is not None:
+            chosen = part[part["model"] == highlight]
+            figure.add_trace(
+                go.Scatter(
+                    x=chosen["reference_score"],
+                    y=chosen["prediction"],
+                    mode="markers",
+                    name=f"{html.escape(str(highlight))} ({interval})",
+                    legendgroup="highlight",
+                    showlegend=k == 0,
+                    marker={"color": "#d62728", "size": 8},
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": chosen["err_plus"],
+                        "arrayminus": chosen["err_minus"],
+                        "color": "#d62728",
+                    },
+                    hoverinfo="skip",
+                ),
+                row=row,
+                col=col,
+            )
+        figure.add_trace(
+            go.Scatter(
+                x=span,
+                y=span,
+                mode="lines",
+                line={"dash": "dash", "color": "grey", "width": 1},
+                name="identity (predicted = reference)",
+                legendgroup="identity",
+                showlegend=k == 0,
+                hoverinfo="skip",
+            ),
+            row=row,
+            col=col,
+        )
+    figure.update_xaxes(
+        range=span, title_text="reference score (mean per-response score)", constrain="domain"
+    )
+    figure.update_yaxes(
+        range=span, title_text="predicted score (mean per-response score)", constrain="domain"
+    )
+    for k in range(len(methods)):
+        suffix = "" if k == 0 else str(k + 1)
+        figure.update_yaxes(
+            scaleanchor=f"x{suffix}", scaleratio=1, row=k // columns + 1, col=k % columns + 1
+        )
+    figure.update_layout(
+        height=340 * rows + 60,
+        margin={"t": 40, "l": 10, "r": 10, "b": 10},
+        legend={"orientation": "h", "y": -0.08 if rows == 1 else -0.04},
+    )
+    return figure

@@ -89,6 +89,7 @@ def test_perspective_scatters_and_bandwidth_slider(demo_server, new_session):
 def test_predictions_export_has_one_row_per_cell_and_method(demo_server, new_session):
     session = new_session().open(demo_server)
     go_to(session, "Predictions")
+    session.page.get_by_role("tab", name="Export").click()
     button = session.page.get_by_test_id("stDownloadButton").filter(has_text="Predictions (CSV)")
     with session.page.expect_download() as download_info:
         button.click()

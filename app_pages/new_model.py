@@ -1,0 +1,217 @@
+"""New model: one model predicted as new — its scores, rank, neighbours, trust, what next."""
+
+import pandas as pd
+import streamlit as st
+
+import app_shared as shared
+from pkps_core import report as reports
+from pkps_core.records import RecordsError
+from pkps_core.uploads import UPLOAD_TYPES, read_uploads
+from pkps_core.views.new_model import LEVEL, NewModelReport, new_model_report, upload_target
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def store_model_report(path: str, version: int, model: str, holdout: str) -> NewModelReport:
+    return new_model_report(shared.load_records(path, version), model, holdout=holdout)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def read_upload(name: str, data: bytes) -> pd.DataFrame:
+    return read_uploads([(name, data)]).records
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def uploaded_model_report(
+    path: str, version: int, name: str, data: bytes, holdout: str
+) -> tuple[NewModelReport, list[str]]:
+    # the store's vectors, and its fitted embedders for the upload's texts: nothing of the
+    # store is embedded again (on AlpacaEval that refit was most of the time)
+    store = shared.open_store(path)
+    embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
+    records, model, notes = upload_target(
+        read_upload(name, data), shared.load_records(path, version), embedders
+    )
+    return new_model_report(records, model, holdout=holdout), notes
+
+
+NUMBER = st.column_config.NumberColumn
+TASK_COLUMNS = {
+    "task_queries": NUMBER(
+        "queries", help="Distinct queries of the task in the store: its weight in the overall score"
+    ),
+    "n_responses": NUMBER("responses", help="The model's responses on the task"),
+    "sample_score": NUMBER("sample", format="%.3f", help="Mean of its own scored responses"),
+    "prediction": NUMBER(
+        "predicted", format="%.3f", help="The ensemble's predicted full-task score"
+    ),
+    "lower": NUMBER("lower", format="%.3f", help=f"{LEVEL:.0%} interval, lower end"),
+    "upper": NUMBER("upper", format="%.3f", help=f"{LEVEL:.0%} interval, upper end"),
+    "reference_score": NUMBER(
+        "reference",
+        format="%.3f",
+        help="The cell's full-task score, where the store has one (not used for the prediction)",
+    ),
+    "extrapolation": st.column_config.CheckboxColumn("warned", help="Extrapolation warning"),
+    "extrapolation_reason": st.column_config.TextColumn("why warned"),
+    "note": st.column_config.TextColumn("note", help="Why a prediction is missing"),
+}
+
+st.title("New model")
+st.caption(
+    "Predict one model as new: its cells never serve as references, and the references are "
+    "re-observed at its budget (their *shadows*) to choose the bandwidth, weigh the ensemble "
+    "and calibrate the intervals — the new-model protocol's setting (README, new-model table)."
+)
+path, version = shared.require_data()
+store_models = sorted(shared.load_cells(path, version)["model"].unique())
+controls = st.columns([2, 3, 1])
+source = controls[0].radio(
+    "Model", ["From the store", "Upload its responses"], key="new_model_source"
+)
+holdout = controls[2].radio(
+    "Holdout",
+    ["family", "model"],
+    key="new_model_holdout",
+    help="family: no model of its family is a reference (the new-model protocol's)",
+)
+notes: list[str] = []
+with st.status("Predicting the model as new…", expanded=False) as status:
+    try:
+        if source == "From the store":
+            model = controls[1].selectbox("Model in the store", store_models, key="new_model_pick")
+            result = store_model_report(path, version, model, holdout)
+        else:
+            upload = controls[1].file_uploader(
+                "One model's responses (CSV, Parquet or any format the Data page takes; "
+                "scores optional)",
+                type=list(UPLOAD_TYPES),
+                key="new_model_upload",
+            )
+            if upload is None:
+                status.update(label="Upload a file of one model's responses", state="complete")
+                st.stop()
+            data = upload.getvalue()
+            result, notes = uploaded_model_report(path, version, upload.name, data, holdout)
+    except (RecordsError, ValueError) as exc:
+        status.update(label="Cannot predict this model", state="error", expanded=True)
+        shared.alert("error", "The model could not be predicted.", str(exc))
+        st.stop()
+    status.update(label=f"Predicted in {result.elapsed:.1f} s (cached)", state="complete")
+
+for note in notes:
+    shared.alert("info", "Note on the upload:", note)
+st.text(result.model)
+overall, rank = result.overall, result.rank
+metrics = st.columns(4)
+metrics[0].metric(
+    "Predicted overall",
+    f"{overall['prediction']:.3f}",
+    help="Mean of the per-task predictions weighted by the tasks' queries",
+)
+metrics[1].metric(
+    f"{LEVEL:.0%} interval",
+    f"{overall['lower']:.3f}–{overall['upper']:.3f}",
+    help="Query-weighted mean of the tasks' interval ends (every task at its end at once: "
+    f"conservative); if the tasks' errors were independent: "
+    f"{overall['lower_independent']:.3f}–{overall['upper_independent']:.3f}",
+)
+metrics[2].metric(
+    "Rank among references",
+    f"{rank['rank']} of {rank['references'] + 1}",
+    help=f"Interval {rank['best']}–{rank['worst']} from the overall interval's ends; "
+    f"{rank['best_independent']}–{rank['worst_independent']} with independent task errors",
+)
+metrics[3].metric(
+    "Sample score",
+    "—" if pd.isna(overall["sample_score"]) else f"{overall['sample_score']:.3f}",
+    help="Query-weighted mean of its own scored responses' task means (scored tasks only)",
+)
+st.caption(
+    f"Rank interval {rank['best']}–{rank['worst']} (conservative), "
+    f"{rank['best_independent']}–{rank['worst_independent']} if the tasks' errors were "
+    f"independent. Method: {result.method} (stacked members, weights below), holdout "
+    f"{result.holdout}; {overall['tasks_predicted']} of {overall['tasks']} tasks predicted."
+)
+if result.warnings:
+    shared.alert("warning", "Extrapolation warnings", "\n".join(result.warnings))
+else:
+    st.success("No extrapolation warning: the references vouch for every prediction.")
+
+per_task, standing, next_tab, export = st.tabs(
+    ["Per task", "Where it stands", "What to evaluate next", "Export"]
+)
+with per_task:
+    st.plotly_chart(reports.tasks_figure(result), width="stretch", key="new_model_tasks")
+    st.dataframe(result.tasks, hide_index=True, width="stretch", column_config=TASK_COLUMNS)
+    st.caption(
+        "Ensemble weights per pattern of members that apply to a cell (validated on the shadows):"
+    )
+    st.dataframe(result.weights, hide_index=True, width="stretch")
+with standing:
+    left, right = st.columns([3, 2])
+    left.plotly_chart(reports.scatter_figure(result), width="stretch", key="new_model_scatter")
+    right.caption(
+        "Nearest references in PKPS (distance D; overall: their query-weighted reference score)"
+    )
+    right.dataframe(
+        result.neighbours,
+        hide_index=True,
+        column_config={"distance": NUMBER(format="%.3f"), "overall": NUMBER(format="%.3f")},
+    )
+    st.caption(
+        "Their responses to the queries closest to its own (similarity: cosine of "
+        "the query embeddings)"
+    )
+    st.dataframe(result.responses, hide_index=True, width="stretch")
+    st.caption(
+        "Standings: the references' overall scores (filled_tasks: tasks without a "
+        "reference, filled by their prediction) and the model's prediction"
+    )
+    st.dataframe(
+        result.standings,
+        hide_index=True,
+        width="stretch",
+        column_config={"overall": NUMBER(format="%.3f")},
+    )
+with next_tab:
+    st.caption(
+        "Its missing or thinly observed tasks, ranked by the interval width one more "
+        "evaluated query is expected to remove (expected_gain): for an observed task, the "
+        "width shrinking like a standard error; for a missing one, its width minus that of "
+        "its observed tasks. Estimates from these intervals, not refits."
+    )
+    st.dataframe(
+        result.next_cells,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            c: NUMBER(format="%.3f")
+            for c in ("prediction", "lower", "upper", "width", "expected_gain")
+        },
+    )
+with export:
+    buttons = st.columns(2)
+    buttons[0].download_button(
+        "Report rows (CSV)",
+        result.rows().to_csv(index=False).encode(),
+        file_name="new_model_report.csv",
+        mime="text/csv",
+        key="new_model_csv",
+    )
+    buttons[1].download_button(
+        "Report with figures (HTML)",
+        reports.report_html(result).encode(),
+        file_name="new_model_report.html",
+        mime="text/html",
+        key="new_model_html",
+    )
+    if source != "From the store":
+        st.caption(
+            "The upload is not in the store. Adding it makes it a reference for "
+            "every later prediction."
+        )
+        if st.button("Add the upload to the store", key="new_model_add"):
+            # under the name it was predicted as (renamed if the store has that name)
+            upload_records = read_upload(upload.name, data).assign(model=result.model)
+            added = shared.active_store().ingest(upload_records, source=upload.name)
+            st.success(f"Added {added.added} responses; the store's version is now newer.")

@@ -1,0 +1,242 @@
+"""A new model's report as figures, HTML and text: what the New model page shows, headless.
+
+``python -m pkps_core report --db STORE --model NAME [--out report.html]`` predicts one
+model of a store as new (:func:`pkps_core.views.new_model.new_model_report`) and writes
+the tables and figures as one HTML file, or prints a text summary. Model and task names
+are data: they are escaped wherever they reach Plotly (which renders ``<b>``, ``<a>``,
+``<br>``) or HTML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import math
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+if TYPE_CHECKING:  # the report's computation is imported only when a command runs
+    from pkps_core.views.new_model import NewModelReport
+
+HIGHLIGHT = "#d62728"
+REFERENCE_COLOUR = "#8c8c8c"
+
+
+def plotly_text(name: object) -> str:
+    """A name as Plotly shows it literally (its HTML-like markup escaped)."""
+    return html.escape(str(name), quote=False)
+
+
+def _interval(report: NewModelReport) -> str:
+    low, high = report.overall["lower"], report.overall["upper"]
+    return f"{low:.3f}–{high:.3f}" if math.isfinite(low) and math.isfinite(high) else "none"
+
+
+def headline(report: NewModelReport) -> str:
+    """One sentence: overall prediction, interval, rank and its interval."""
+    overall, rank = report.overall, report.rank
+    text = (
+        f"predicted overall score {overall['prediction']:.3f} "
+        f"({report.level:.0%} interval {_interval(report)}) by {report.method}, "
+        f"rank {rank['rank']} of {rank['references'] + 1} "
+        f"(interval {rank['best']}–{rank['worst']}; {rank['best_independent']}–"
+        f"{rank['worst_independent']} if the tasks' errors were independent)"
+    )
+    if math.isfinite(overall["sample_score"]):
+        text += f"; sample score over its scored tasks {overall['sample_score']:.3f}"
+    return text
+
+
+def scatter_figure(report: NewModelReport):
+    """The references in PKPS (first two MDS axes) coloured by overall score, the new
+    model drawn as a large red star."""
+    import plotly.graph_objects as go
+
+    frame = report.scatter
+    references = frame[frame["role"] == "reference"]
+    target = frame[frame["role"] == "new model"]
+    hover = "%{text}<br>overall %{marker.color:.3f}<extra></extra>"
+    figure = go.Figure(
+        [
+            go.Scatter(
+                x=references["x"],
+                y=references["y"],
+                mode="markers",
+                name="references",
+                text=[plotly_text(m) for m in references["model"]],
+                marker={
+                    "color": references["overall"],
+                    "colorscale": "Viridis",
+                    "size": 9,
+                    "colorbar": {"title": {"text": "overall score (0–1)"}},
+                },
+                hovertemplate=hover,
+            ),
+            go.Scatter(
+                x=target["x"],
+                y=target["y"],
+                mode="markers",
+                name=f"{plotly_text(report.model)} (predicted)",
+                text=[plotly_text(m) for m in target["model"]],
+                marker={"color": HIGHLIGHT, "size": 18, "symbol": "star"},
+                hovertemplate="%{text}<br>new model<extra></extra>",
+            ),
+        ]
+    )
+    figure.update_layout(
+        height=380,
+        margin={"t": 30, "l": 10, "r": 10, "b": 10},
+        xaxis_title="PKPS MDS axis 1 (distance units)",
+        yaxis_title="PKPS MDS axis 2 (distance units)",
+        legend={"orientation": "h", "y": -0.2},
+    )
+    figure.update_yaxes(scaleanchor="x", scaleratio=1)
+    return figure
+
+
+def tasks_figure(report: NewModelReport):
+    """Per task: the prediction with its interval, the sample score and the reference."""
+    import plotly.graph_objects as go
+
+    tasks = report.tasks
+    names = [plotly_text(t) for t in tasks["task"]]
+    figure = go.Figure(
+        [
+            go.Scatter(
+                x=names,
+                y=tasks["prediction"],
+                mode="markers",
+                name=f"predicted ({report.method}, {report.level:.0%} interval)",
+                marker={"color": HIGHLIGHT, "size": 10},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": tasks["upper"] - tasks["prediction"],
+                    "arrayminus": tasks["prediction"] - tasks["lower"],
+                },
+                hovertemplate="%{x}: %{y:.3f}<extra>predicted</extra>",
+            ),
+            go.Scatter(
+                x=names,
+                y=tasks["sample_score"],
+                mode="markers",
+                name="sample score (its own scored responses)",
+                marker={"symbol": "x", "size": 9, "color": "#1f77b4"},
+                hovertemplate="%{x}: %{y:.3f}<extra>sample</extra>",
+            ),
+        ]
+    )
+    if tasks["reference_score"].notna().any():
+        figure.add_trace(
+            go.Scatter(
+                x=names,
+                y=tasks["reference_score"],
+                mode="markers",
+                name="reference score (full task)",
+                marker={"symbol": "diamond-open", "size": 10, "color": "black"},
+                hovertemplate="%{x}: %{y:.3f}<extra>reference</extra>",
+            )
+        )
+    figure.update_layout(
+        height=360,
+        margin={"t": 30, "l": 10, "r": 10, "b": 10},
+        xaxis_title="task",
+        yaxis_title="score (mean per-response score, 0–1)",
+        legend={"orientation": "h", "y": -0.3},
+    )
+    return figure
+
+
+def _table_html(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, float_format=lambda x: f"{x:.4f}", escape=True, na_rep="")
+
+
+def report_html(report: NewModelReport) -> str:
+    """The whole report as one self-contained HTML page (Plotly loaded from its CDN)."""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>New model report: {html.escape(report.model)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}</style></head><body>",
+        f"<h1>New model report: {html.escape(report.model)}</h1>",
+        f"<p>{html.escape(headline(report))}. Holdout: {html.escape(report.holdout)}.</p>",
+        "<h2>Warnings</h2>",
+        "<ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in report.warnings) + "</ul>"
+        if report.warnings
+        else "<p>No extrapolation warning.</p>",
+        "<h2>Per task</h2>",
+        _table_html(report.rows()),
+        tasks_figure(report).to_html(full_html=False, include_plotlyjs="cdn"),
+        "<h2>Where it stands</h2>",
+        scatter_figure(report).to_html(full_html=False, include_plotlyjs=False),
+        "<h3>Nearest references in PKPS</h3>",
+        _table_html(report.neighbours),
+        "<h3>Their responses to the queries closest to its own</h3>",
+        _table_html(report.responses),
+        "<h3>Standings</h3>",
+        _table_html(report.standings),
+        "<h2>What to evaluate next</h2>",
+        _table_html(report.next_cells),
+        "<h2>Ensemble weights</h2>",
+        _table_html(report.weights),
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def report_text(report: NewModelReport) -> str:
+    """A plain-text summary for the terminal."""
+    lines = [f"{report.model}: {headline(report)}"]
+    lines += [f"warning: {w}" for w in report.warnings]
+    shown = report.rows().drop(columns=["model", "method", "extrapolation_reason", "note"])
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        lines.append(shown.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+        near = ", ".join(
+            f"{r.neighbour} ({r.distance:.3g})" for r in report.neighbours.itertuples()
+        )
+        lines.append(f"nearest references in PKPS: {near or 'none'}")
+        if len(report.next_cells):
+            lines.append("evaluate next (expected interval width removed by one more query):")
+            lines.append(
+                report.next_cells.head(5).to_string(index=False, float_format=lambda x: f"{x:.4f}")
+            )
+    lines.append(f"({report.elapsed:.1f} s)")
+    return "\n".join(lines)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from pkps_core.store import Store
+    from pkps_core.views.new_model import new_model_report
+
+    announce = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    with Store(args.db, read_only=True, on_wait=announce) as store:
+        records = store.records()
+    report = new_model_report(
+        records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
+    )
+    if args.out:
+        target = Path(args.out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(report_html(report), encoding="utf-8")
+        if args.csv:
+            report.rows().to_csv(args.csv, index=False)
+        print(f"wrote the report of {args.model} to {args.out}: {headline(report)}")
+    else:
+        print(report_text(report))
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register ``report`` on the CLI's subparsers."""
+    parser = sub.add_parser("report", help="a new model's report: predictions, rank, next")
+    parser.add_argument("--db", required=True, help="a store made by `ingest`")
+    parser.add_argument("--model", required=True, help="the model to predict as new")
+    parser.add_argument("--out", help="write the report as HTML here (else print a summary)")
+    parser.add_argument("--csv", help="with --out: also write the per-task rows as CSV")
+    parser.add_argument("--holdout", choices=["model", "family"], default="family")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(run=cmd_report)

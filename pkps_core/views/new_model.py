@@ -1,0 +1,439 @@
+"""The New model page's report: one model predicted as new against the store's references.
+
+:func:`new_model_report` runs the new-model protocol's choice — the stacked ``ensemble``
+with the references' shadows (:func:`pkps_core.predict.build_context` with ``targets``) —
+for one target and gathers what the page, the CLI's ``report`` command and the exports
+show: per-task predictions with intervals, the query-weighted overall score, the rank
+among the references with its interval, the nearest references in PKPS, the warnings in
+words, and what to evaluate next. :func:`upload_target` turns an uploaded file's records
+into the target of such a run without writing them to the store.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from pkps_core.methods.stacking import ensemble_weights
+from pkps_core.predict import build_context, predict
+from pkps_core.records import RecordsError, cell_table, validate_records
+from pkps_core.trust import next_cells, task_query_counts
+from pkps_core.views.space import nearest_neighbours, similar_query_responses
+
+METHOD = "ensemble"
+LEVEL = 0.9
+EMBEDDING_COLUMNS = ("query_embedding", "response_embedding")
+TASK_COLUMNS = (
+    "task",
+    "task_queries",
+    "n_responses",
+    "sample_score",
+    "prediction",
+    "lower",
+    "upper",
+    "reference_score",
+    "extrapolation",
+    "extrapolation_reason",
+    "note",
+)
+
+
+@dataclass
+class NewModelReport:
+    """Everything the New model page shows about one target model.
+
+    Attributes
+    ----------
+    model : str
+    method : str
+        The method whose predictions and intervals these are (``"ensemble"``).
+    level : float
+        Coverage level of the intervals.
+    holdout : str
+    tasks : DataFrame
+        One row per task with :data:`TASK_COLUMNS` (``task_queries``: the task's distinct
+        queries, the weight of the overall score).
+    overall : dict
+        ``prediction``, ``lower``, ``upper`` (query-weighted means over the predicted
+        tasks), ``sample_score`` (query-weighted mean over the scored tasks, NaN if none),
+        ``reference_score`` (where every task has one), ``lower_independent`` and
+        ``upper_independent`` (:func:`independent_interval`), ``tasks_predicted``, ``tasks``.
+    rank : dict
+        ``rank`` (1 = best) of the predicted overall among the references, ``best`` and
+        ``worst`` (the ranks of the interval's upper and lower end), ``best_independent``
+        and ``worst_independent`` (of :func:`independent_interval`'s), ``references``.
+    standings : DataFrame
+        The references' overall scores and the model's prediction, best first: ``rank,
+        model, family, overall, filled_tasks, role``.
+    neighbours : DataFrame
+        The nearest references in PKPS: ``rank, neighbour, family, distance, overall``.
+    responses : DataFrame
+        :func:`~pkps_core.views.space.similar_query_responses` for the nearest three.
+    scatter : DataFrame
+        ``model, family, x, y, overall, role`` (the first two PKPS MDS axes).
+    warnings : list of str
+        Extrapolation warnings in words, one per warned task (and one for the overall).
+    next_cells : DataFrame
+        What to evaluate next: ``rank, task, n_responses, task_queries, prediction,
+        lower, upper, width, expected_gain``, largest expected gain first.
+    weights : DataFrame
+        The ensemble's stacking weights (one row per pattern of applicable members).
+    elapsed : float
+        Seconds the prediction took.
+    """
+
+    model: str
+    method: str
+    level: float
+    holdout: str
+    tasks: pd.DataFrame
+    overall: dict
+    rank: dict
+    standings: pd.DataFrame
+    neighbours: pd.DataFrame
+    responses: pd.DataFrame
+    scatter: pd.DataFrame
+    warnings: list[str]
+    next_cells: pd.DataFrame
+    weights: pd.DataFrame
+    elapsed: float = field(default=0.0)
+
+    def rows(self) -> pd.DataFrame:
+        """The per-task rows and an ``(overall)`` row: the report's CSV."""
+        overall = {
+            "task": "(overall)",
+            "task_queries": int(self.tasks["task_queries"].sum()),
+            "n_responses": int(self.tasks["n_responses"].sum()),
+            **{k: self.overall[k] for k in ("sample_score", "prediction", "lower", "upper")},
+            "reference_score": self.overall["reference_score"],
+            "extrapolation": bool(self.tasks["extrapolation"].any()),
+            "extrapolation_reason": "",
+            "note": f"rank {self.rank['rank']} of {self.rank['references'] + 1} "
+            f"(interval {self.rank['best']}–{self.rank['worst']})",
+        }
+        frame = pd.concat([self.tasks, pd.DataFrame([overall])], ignore_index=True)
+        return frame.assign(model=self.model, method=self.method)[
+            ["model", "method", *TASK_COLUMNS]
+        ]
+
+
+def weighted_mean(values: pd.Series, weights: pd.Series) -> float:
+    """Weighted mean over the finite values (NaN when none is)."""
+    usable = np.isfinite(values.to_numpy(dtype=float))
+    if not usable.any():
+        return float("nan")
+    v = values.to_numpy(dtype=float)[usable]
+    w = weights.to_numpy(dtype=float)[usable]
+    return float(np.sum(v * w) / np.sum(w))
+
+
+def rank_interval(
+    prediction: float, lower: float, upper: float, references: np.ndarray
+) -> dict[str, int]:
+    """Rank of ``prediction`` among reference scores (1 = best) and the ranks of the
+    interval's ends: ``best`` from ``upper``, ``worst`` from ``lower``."""
+    references = np.asarray(references, dtype=float)
+    references = references[np.isfinite(references)]
+
+    def rank_of(value: float) -> int:
+        return int(1 + np.sum(references > value)) if np.isfinite(value) else 0
+
+    return {
+        "rank": rank_of(prediction),
+        "best": rank_of(upper),
+        "worst": rank_of(lower),
+        "references": len(references),
+    }
+
+
+def independent_interval(tasks: pd.DataFrame, level: float = LEVEL) -> dict[str, float]:
+    """The overall score's interval if the tasks' errors were independent and normal.
+
+    Each task's interval is read as ``prediction ± z · σ_t`` (``z`` the two-sided normal
+    quantile of ``level``, σ_t from its mean half-width); the overall's σ is
+    ``sqrt(Σ w_t² σ_t²) / Σ w_t`` over the predicted tasks (w_t: queries). Narrower than
+    the query-weighted mean of the ends (every task at its end at once); errors of one
+    model's tasks are correlated, so the truth lies between the two.
+    """
+    z = float(norm.ppf(0.5 + level / 2.0))
+    usable = tasks.dropna(subset=["prediction", "lower", "upper"])
+    if not len(usable):
+        return {"lower_independent": float("nan"), "upper_independent": float("nan")}
+    w = usable["task_queries"].to_numpy(dtype=float)
+    sigma = (usable["upper"] - usable["lower"]).to_numpy(dtype=float) / (2.0 * z)
+    centre = float(np.sum(w * usable["prediction"].to_numpy(dtype=float)) / w.sum())
+    half = z * float(np.sqrt(np.sum(w**2 * sigma**2)) / w.sum())
+    return {"lower_independent": centre - half, "upper_independent": centre + half}
+
+
+def expected_gain(frame: pd.DataFrame) -> pd.Series:
+    """The interval width one more evaluated query is expected to remove from each cell.
+
+    An observed cell with n responses: ``width · (1 − sqrt(n / (n + 1)))``, the width
+    shrinking like a standard error. A missing cell: its width minus the median width of
+    the model's observed cells (a first response moves it to the observed regime), at
+    least 0. Both are estimates from this run's intervals, not refits.
+    """
+    width = frame["upper"] - frame["lower"]
+    n = frame["n_responses"].astype(float)
+    observed_width = width[n > 0].median() if (n > 0).any() else np.nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        observed = width * (1.0 - np.sqrt(n / (n + 1.0)))
+    missing = (width - observed_width).clip(lower=0.0)
+    return observed.where(n > 0, missing).rename("expected_gain")
+
+
+def warning_sentences(tasks: pd.DataFrame) -> list[str]:
+    """One short sentence per warned task, from its ``extrapolation_reason``."""
+    out = []
+    for row in tasks[tasks["extrapolation"].astype(bool)].itertuples():
+        reason = str(row.extrapolation_reason)
+        said = []
+        if "pooled sample score" in reason and "above every" in reason:
+            said.append("its scores over all its tasks are above every reference's")
+        if "pooled sample score" in reason and "below every" in reason:
+            said.append("its scores over all its tasks are below every reference's")
+        if "own sample score" in reason and "above every reference" in reason:
+            said.append("it scores above every reference on this task")
+        if "own sample score" in reason and "below every reference" in reason:
+            said.append("it scores below every reference on this task")
+        if "outside the references' region" in reason:
+            said.append("it lies outside the references' region of the perspective space")
+        if not said:
+            said.append(reason)
+        out.append(f"Task {row.task}: " + "; ".join(said) + ".")
+    return out
+
+
+def _embedded_like_the_store(uploaded: pd.DataFrame, embedders: dict) -> pd.DataFrame:
+    """The upload with vectors from the store's fitted embedders, where it has the texts
+    and no vectors of its own (unchanged otherwise)."""
+    out = uploaded.copy()
+    for kind in ("query", "response"):
+        column = f"{kind}_embedding"
+        has_vectors = column in out and out[column].notna().all()
+        if has_vectors or embedders.get(kind) is None:
+            continue
+        if kind not in out or out[kind].isna().any():
+            return uploaded
+        out[column] = list(embedders[kind].transform(out[kind].tolist()))
+    return out
+
+
+def upload_target(
+    uploaded: pd.DataFrame,
+    store_records: pd.DataFrame,
+    embedders: dict | None = None,
+) -> tuple[pd.DataFrame, str, list[str]]:
+    """An uploaded model's records joined to the store's, ready to predict it as a target.
+
+    Parameters
+    ----------
+    uploaded : DataFrame
+        Canonical records of exactly one model (e.g. :func:`pkps_core.uploads.read_uploads`).
+    store_records : DataFrame
+        The store's records (with or without embeddings).
+    embedders : dict, optional
+        ``{"query": embedder, "response": embedder}``: the store's fitted text embedders
+        (:meth:`pkps_core.store.Store.fitted_embedder`). With them and ``store_records``
+        carrying vectors, the upload's texts are embedded alike and the store's vectors
+        kept; otherwise every text is embedded afresh together.
+
+    Returns
+    -------
+    records : DataFrame
+        Both, validated; embedding columns dropped unless every row has them (the texts
+        are then embedded together by the offline embedder).
+    model : str
+        The target's name: the uploaded name, with `` (uploaded)`` appended when the
+        store already holds a model of that name.
+    notes : list of str
+        What was changed, for the page to say.
+
+    Raises
+    ------
+    RecordsError
+        The upload holds no model or more than one.
+    """
+    models = sorted(uploaded["model"].astype(str).unique())
+    if len(models) != 1:
+        shown = ", ".join(repr(m) for m in models[:5])
+        raise RecordsError(
+            f"the upload holds {len(models)} models ({shown}); upload one model's responses, "
+            "or add the others to the store on the Data page"
+        )
+    model, notes = models[0], []
+    uploaded = uploaded.copy()
+    existing = set(store_records["model"].astype(str))
+    if model in existing:
+        name = f"{model} (uploaded)"
+        while name in existing:
+            name += "'"
+        uploaded["model"] = name
+        notes.append(f"the store already holds {model!r}; the upload is predicted as {name!r}")
+        model = name
+    if embedders and all(c in store_records for c in EMBEDDING_COLUMNS):
+        uploaded = _embedded_like_the_store(uploaded, embedders)
+    combined = pd.concat([store_records, uploaded], ignore_index=True)
+    partial = [c for c in EMBEDDING_COLUMNS if c in combined and combined[c].isna().any()]
+    if partial:
+        combined = combined.drop(columns=[c for c in EMBEDDING_COLUMNS if c in combined])
+        notes.append(
+            "texts embedded together with the offline embedder (the upload has no vectors)"
+        )
+    return validate_records(combined), model, notes
+
+
+def new_model_report(
+    records: pd.DataFrame,
+    model: str,
+    *,
+    holdout: str = "family",
+    level: float = LEVEL,
+    space_params: dict | None = None,
+    n_neighbours: int = 5,
+) -> NewModelReport:
+    """Predict ``model`` as a new model (a target) from the other models' references.
+
+    Parameters
+    ----------
+    records : DataFrame
+        Canonical records holding ``model`` and the references.
+    model : str
+    holdout : {"family", "model"}, default="family"
+        ``family`` (the new-model protocol's): no model of its family is a reference.
+    level : float, default=0.9
+    space_params : dict, optional
+        :class:`~pkps_core.space.PerspectiveSpace` parameters.
+    n_neighbours : int, default=5
+
+    Raises
+    ------
+    RecordsError
+        ``model`` is not in the records, or no other model can serve as a reference.
+    """
+    started = time.perf_counter()
+    if model not in set(records["model"].astype(str)):
+        raise RecordsError(f"unknown model {model!r}; it is not in the records")
+    context = build_context(records, holdout=holdout, targets=[model], space_params=space_params)
+    predictions = predict(context, [METHOD], intervals=level)
+    queries = task_query_counts(context.records)
+    own = predictions[predictions["model"] == model].join(queries, on="task")
+    tasks = own.loc[:, list(TASK_COLUMNS)].reset_index(drop=True)
+    weights = tasks["task_queries"]
+    overall = {key: weighted_mean(tasks[key], weights) for key in ("prediction", "lower", "upper")}
+    overall["sample_score"] = weighted_mean(tasks["sample_score"], weights)
+    references = tasks["reference_score"]
+    overall["reference_score"] = (
+        weighted_mean(references, weights) if references.notna().all() else float("nan")
+    )
+    overall |= independent_interval(tasks, level)
+    overall["tasks_predicted"] = int(tasks["prediction"].notna().sum())
+    overall["tasks"] = len(tasks)
+
+    standings = _reference_standings(context, predictions, queries, model)
+    scores = standings.loc[standings["role"] == "reference", "overall"].to_numpy()
+    rank = rank_interval(overall["prediction"], overall["lower"], overall["upper"], scores)
+    independent = rank_interval(
+        overall["prediction"], overall["lower_independent"], overall["upper_independent"], scores
+    )
+    rank |= {"best_independent": independent["best"], "worst_independent": independent["worst"]}
+    row = {"model": model, "family": context.families[list(context.models).index(model)]}
+    row |= {"overall": overall["prediction"], "filled_tasks": 0, "role": "new model"}
+    standings = pd.concat([standings, pd.DataFrame([row])], ignore_index=True)
+    standings = standings.sort_values(["overall", "role"], ascending=[False, True], kind="stable")
+    standings.insert(0, "rank", np.arange(1, len(standings) + 1))
+
+    real = ~context.shadows
+    models = context.models[real]
+    space = context.pkps
+    distance = space.distance_matrix_[np.ix_(real, real)]
+    near = nearest_neighbours(distance, models, [model], k=n_neighbours)
+    family = dict(zip(context.models, context.families, strict=True))
+    by_model = standings.set_index("model")["overall"]
+    near = near.drop(columns="model").assign(
+        family=lambda f: f["neighbour"].map(family), overall=lambda f: f["neighbour"].map(by_model)
+    )[["rank", "neighbour", "family", "distance", "overall"]]
+    responses = similar_query_responses(
+        context.prepared.frame, model, near["neighbour"].head(3).tolist(), n=2
+    )
+    coordinates = space.embedding_[real]
+    scatter = pd.DataFrame(
+        {
+            "model": models,
+            "family": context.families[real],
+            "x": coordinates[:, 0],
+            "y": coordinates[:, 1] if coordinates.shape[1] > 1 else 0.0,
+        }
+    )
+    scatter["overall"] = scatter["model"].map(by_model)
+    scatter["role"] = np.where(scatter["model"] == model, "new model", "reference")
+
+    warnings = warning_sentences(tasks)
+    if rank["references"] and np.isfinite(overall["prediction"]) and rank["best"] == 1:
+        top = scores.max()
+        if np.isfinite(overall["sample_score"]) and overall["sample_score"] > top:
+            warnings.insert(
+                0,
+                f"Its sample score ({overall['sample_score']:.3f}) is above every reference's "
+                f"overall score (best {top:.3f}): the prediction extrapolates.",
+            )
+    ranking = next_cells(predictions, model, method=METHOD, top=None, task_queries=queries)
+    ranking = ranking.assign(expected_gain=expected_gain(ranking).to_numpy())
+    ranking = ranking.sort_values(
+        ["expected_gain", "width"], ascending=False, na_position="last", kind="stable"
+    )
+    ranking["rank"] = np.arange(1, len(ranking) + 1)
+    ranking = ranking[
+        ["rank", "task", "n_responses", "task_queries", "prediction", "lower", "upper", "width"]
+        + ["expected_gain"]
+    ].reset_index(drop=True)
+    stack = ensemble_weights(context)
+    if "fold" in stack.columns:
+        stack = stack[stack["fold"] == -1].drop(columns="fold")
+    return NewModelReport(
+        model=model,
+        method=METHOD,
+        level=level,
+        holdout=holdout,
+        tasks=tasks,
+        overall=overall,
+        rank=rank,
+        standings=standings.reset_index(drop=True),
+        neighbours=near.reset_index(drop=True),
+        responses=responses,
+        scatter=scatter,
+        warnings=warnings,
+        next_cells=ranking,
+        weights=stack.reset_index(drop=True),
+        elapsed=time.perf_counter() - started,
+    )
+
+
+def _reference_standings(context, predictions, queries, model) -> pd.DataFrame:
+    """Each reference's query-weighted overall: its references per task, its prediction
+    where a task has none (counted in ``filled_tasks``)."""
+    cells = cell_table(context.records)[["model", "task", "reference"]]
+    own = predictions[predictions["method"] == METHOD][["model", "task", "prediction"]]
+    frame = own.merge(cells, on=["model", "task"], how="left").join(queries, on="task")
+    frame = frame[frame["model"] != model]
+    filled = frame["reference"].isna()
+    frame["value"] = frame["reference"].where(~filled, frame["prediction"])
+    frame["filled"] = filled & frame["prediction"].notna()
+    rows = []
+    family = dict(zip(context.models, context.families, strict=True))
+    for name, part in frame.groupby("model", sort=True):
+        rows.append(
+            {
+                "model": name,
+                "family": family[name],
+                "overall": weighted_mean(part["value"], part["task_queries"]),
+                "filled_tasks": int(part["filled"].sum()),
+                "role": "reference",
+            }
+        )
+    return pd.DataFrame(rows, columns=["model", "family", "overall", "filled_tasks", "role"])

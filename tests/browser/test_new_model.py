@@ -1,0 +1,82 @@
+"""The New model page in a real browser on the demo store: a store model's report with
+its highlighted scatter and both exports, and an upload of 20 responses without scores."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from app_utils import go_to, plotly_figures, screenshot, wait_for_app, wait_for_scatters
+from playwright.sync_api import expect
+
+from pkps_core.demo import DEMO_SETTINGS
+from pkps_core.store import Store
+
+pytestmark = pytest.mark.browser
+
+N_MODELS = DEMO_SETTINGS["n_models"]
+N_TASKS = DEMO_SETTINGS["n_tasks"]
+UPLOADED = "upload/new-model"
+
+
+def _metric(session, label: str) -> str:
+    metric = session.main.get_by_test_id("stMetric").filter(has_text=label)
+    return metric.get_by_test_id("stMetricValue").inner_text()
+
+
+def test_a_store_models_report_with_scatter_and_exports(demo_server, new_session):
+    session = new_session().open(demo_server)
+    go_to(session, "New model")
+    page = session.page
+    expect(session.main.get_by_test_id("stMetric")).to_have_count(4)
+    assert _metric(session, "Rank among references").endswith(f"of {N_MODELS}")
+    page.get_by_role("tab", name="Where it stands").click()
+    wait_for_scatters(page, N_MODELS, count=1)
+    scatter = next(
+        f for f in plotly_figures(page) if sum(t["points"] for t in f["traces"]) == N_MODELS
+    )
+    assert [t["points"] for t in scatter["traces"]] == [N_MODELS - 1, 1]  # the star
+    session.assert_clean()
+    screenshot(page, "new_model")
+
+    page.get_by_role("tab", name="Export").click()
+    with page.expect_download() as csv_info:
+        page.get_by_test_id("stDownloadButton").filter(has_text="Report rows (CSV)").click()
+    rows = pd.read_csv(csv_info.value.path())
+    assert len(rows) == N_TASKS + 1 and rows["task"].iloc[-1] == "(overall)"
+    with page.expect_download() as html_info:
+        page.get_by_test_id("stDownloadButton").filter(has_text="(HTML)").click()
+    report = open(html_info.value.path(), encoding="utf-8").read()
+    assert report.count("Plotly.newPlot") == 2
+    session.assert_clean()
+
+
+def test_twenty_unscored_responses_uploaded_are_predicted(
+    demo_server, demo_template, new_session, tmp_path
+):
+    # the served store is locked by the server: read the same demo from its template
+    with Store(demo_template) as db:
+        records = db.records(with_embeddings=False)
+    model = sorted(records["model"].unique())[7]
+    own = records[records["model"] == model].head(20)
+    upload = tmp_path / "new_model.csv"
+    own[["model", "task", "query_id", "query", "response"]].assign(model=UPLOADED).to_csv(
+        upload, index=False
+    )
+
+    session = new_session().open(demo_server)
+    go_to(session, "New model")
+    page = session.page
+    page.get_by_test_id("stRadio").filter(has_text="Upload its responses").get_by_text(
+        "Upload its responses"
+    ).click()
+    wait_for_app(page)
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(upload))
+    wait_for_app(page)
+    expect(session.main.get_by_text(UPLOADED, exact=True)).to_be_visible()
+    assert _metric(session, "Sample score") == "—"
+    assert _metric(session, "Rank among references").endswith(f"of {N_MODELS + 1}")
+    session.assert_clean()
+    # not written to the store: the sidebar still counts the demo's models
+    sidebar = page.get_by_test_id("stSidebar")
+    expect(sidebar.get_by_text(f"{N_MODELS} models ·")).to_be_visible()
+    screenshot(page, "new_model_upload")

@@ -1,0 +1,152 @@
+"""AppTest of the New model page on the demo store: a store model, and an upload of 20
+responses without scores that is predicted without being written to the store."""
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import app_shared as shared
+from pkps_core.demo import DEMO_SETTINGS, ensure_demo_store
+from pkps_core.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGE = "app_pages/new_model.py"
+TIMEOUT = 600
+UPLOADED = "upload/new-model"
+
+
+@pytest.fixture
+def demo_store(tmp_path, monkeypatch) -> Path:
+    path = ensure_demo_store(tmp_path / "demo.duckdb")
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    return path
+
+
+def _length(value) -> int:
+    """Length of a figure array, plain or Plotly's base64 typed array."""
+    if isinstance(value, dict) and "bdata" in value:
+        return len(base64.b64decode(value["bdata"])) // np.dtype(value["dtype"]).itemsize
+    return len(value)
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def _twenty_unscored_responses(store: Path) -> bytes:
+    """One demo model's first 20 responses, renamed, without scores, references or vectors."""
+    with Store(store) as db:
+        records = db.records(with_embeddings=False)
+    model = sorted(records["model"].unique())[7]
+    own = records[records["model"] == model].head(20)
+    kept = ["model", "task", "query_id", "query", "response"]  # texts only, as users have
+    own = own[kept].assign(model=UPLOADED)
+    return own.to_csv(index=False).encode()
+
+
+def test_new_model_page_predicts_a_store_model(demo_store):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.message for e in at.exception]
+    metrics = _metrics(at)
+    n_models = DEMO_SETTINGS["n_models"]
+    assert metrics["Rank among references"].endswith(f"of {n_models}")
+    low, high = (float(x) for x in metrics["90% interval"].split("–"))
+    assert low <= float(metrics["Predicted overall"]) <= high
+    assert at.text[0].value == sorted(at.selectbox(key="new_model_pick").options)[0]
+    assert {t.label for t in at.tabs} == {
+        "Per task",
+        "Where it stands",
+        "What to evaluate next",
+        "Export",
+    }
+    charts = {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    scatter = charts["new_model_scatter"]
+    assert _length(scatter["data"][0]["x"]) == n_models - 1  # references
+    assert _length(scatter["data"][1]["x"]) == 1  # the new model, highlighted
+    assert scatter["data"][1]["text"] == [at.text[0].value]
+    assert scatter["layout"]["xaxis"]["title"]["text"].startswith("PKPS MDS axis 1")
+    tables = [d.value for d in at.dataframe]
+    assert len(tables[0]) == DEMO_SETTINGS["n_tasks"]  # per task
+    downloads = [b for b in at.get("download_button")]
+    assert {b.proto.label for b in downloads} == {"Report rows (CSV)", "Report with figures (HTML)"}
+
+    other = at.selectbox(key="new_model_pick").options[5]
+    at.selectbox(key="new_model_pick").set_value(other).run()
+    assert not at.exception
+    assert at.text[0].value == other
+
+
+def test_uploaded_unscored_responses_are_predicted_and_not_stored(demo_store):
+    before = Store(demo_store)
+    state = (before.content_hash(), before.version)
+    before.close()
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(PAGE).run()
+    at.radio(key="new_model_source").set_value("Upload its responses").run()
+    assert not at.exception
+    assert not at.metric  # nothing to show before a file arrives
+    data = _twenty_unscored_responses(demo_store)
+    at.file_uploader(key="new_model_upload").set_value(("new.csv", data, "text/csv")).run()
+    assert not at.exception, [e.message for e in at.exception]
+    texts = [t.value for t in at.text]
+    assert UPLOADED in texts
+    assert any("embedded together" in t for t in texts)  # the page says what it did
+    metrics = _metrics(at)
+    assert metrics["Sample score"] == "—"  # no scores uploaded
+    # every demo model is a reference now
+    assert metrics["Rank among references"].endswith(f"of {DEMO_SETTINGS['n_models'] + 1}")
+    assert float(metrics["Predicted overall"]) > 0
+    tasks = at.dataframe[0].value
+    assert tasks["n_responses"].sum() == 20
+    assert tasks["prediction"].notna().all()
+    after = Store(demo_store)
+    assert (after.content_hash(), after.version) == state, "the upload must not be stored"
+    after.close()
+
+    next(b for b in at.button if b.label == "Add the upload to the store").click().run()
+    assert not at.exception
+    with Store(demo_store) as db:
+        assert UPLOADED in set(db.records(with_embeddings=False)["model"])
+
+
+ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
+
+
+def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, monkeypatch):
+    if not ALPACA.exists():
+        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+    import pandas as pd
+
+    cache = pd.read_parquet(ALPACA)
+    path = tmp_path / "alpaca.duckdb"
+    with Store(path) as db:
+        db.ingest(cache, source="alpaca_eval_40.parquet")
+        state = db.content_hash()
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    model = sorted(cache["model"].unique())[5]
+    own = cache[cache["model"] == model].sample(20, random_state=0)
+    upload = own[["model", "task", "query_id", "query", "response"]].assign(model=UPLOADED)
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(PAGE).run()
+    at.radio(key="new_model_source").set_value("Upload its responses").run()
+    csv = upload.to_csv(index=False).encode()
+    at.file_uploader(key="new_model_upload").set_value(("new.csv", csv, "text/csv")).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert UPLOADED in [t.value for t in at.text]
+    metrics = _metrics(at)
+    assert metrics["Rank among references"].endswith(f"of {cache['model'].nunique() + 1}")
+    tasks = at.dataframe[0].value
+    assert tasks["n_responses"].sum() == 20
+    assert tasks["prediction"].notna().all()
+    # the model it was sampled from is its nearest reference in PKPS
+    neighbours = next(d.value for d in at.dataframe if "neighbour" in d.value.columns)
+    assert neighbours["neighbour"].iloc[0] == model
+    with Store(path) as db:
+        assert db.content_hash() == state

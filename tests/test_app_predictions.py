@@ -1,0 +1,96 @@
+"""AppTest of the Predictions page's layout and issue 19's items on it: the answer first
+(tabs), every download built eagerly, reasons for missing predictions on screen, and
+"What to evaluate next" following the chosen target."""
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1 import app_test as app_test_module
+
+import app_shared as shared
+from pkps_core.demo import ensure_demo_store
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+TIMEOUT = 600
+
+
+@pytest.fixture
+def demo_store(tmp_path, monkeypatch) -> Path:
+    path = ensure_demo_store(tmp_path / "demo.duckdb")
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    return path
+
+
+@pytest.fixture
+def recorded_downloads(monkeypatch) -> dict[str, bytes]:
+    """File name → bytes of every download registered with its data during a run (a
+    download generated on click is registered without bytes and is not recorded)."""
+    files: dict[str, bytes] = {}
+
+    class Recording(MemoryMediaFileStorage):
+        def load_and_get_id(self, path_or_data, mimetype, kind, filename=None):
+            if filename and isinstance(path_or_data, bytes):
+                files[filename] = path_or_data
+            return super().load_and_get_id(path_or_data, mimetype, kind, filename)
+
+    monkeypatch.setattr(app_test_module, "MemoryMediaFileStorage", Recording)
+    return files
+
+
+def _predict(at: AppTest, methods: list[str], targets: list[str]) -> AppTest:
+    at.multiselect[0].set_value(methods)
+    at.multiselect[1].set_value(targets)
+    next(b for b in at.button if b.label == "Predict").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def test_the_page_is_tabs_with_the_summary_first_and_eager_downloads(
+    demo_store, recorded_downloads
+):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(shared.PREDICTIONS_PAGE).run()
+    assert not at.exception
+    assert [t.label for t in at.tabs] == [
+        "Summary",
+        "Per task",
+        "Cells",
+        "What to evaluate next",
+        "Export",
+    ]
+    assert {b.key for b in at.get("download_button")} >= {
+        "pred_download_csv",
+        "pred_download_parquet",
+        "pred_download_coordinates",
+    }
+    coordinates = pd.read_csv(io.BytesIO(recorded_downloads["coordinates.csv"]))
+    assert set(coordinates["space"]) == {"pkps", "dkps"}
+    assert not coordinates["model"].str.contains("shadow").any()
+    figure = next(c for c in at.get("plotly_chart") if c.key == "predicted_vs_true")
+    assert '"error_y"' not in figure.proto.spec  # no bar on every cell
+
+
+def test_missing_predictions_say_why_and_next_follows_the_target(demo_store):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(shared.PREDICTIONS_PAGE).run()
+    models = at.multiselect[1].options
+    _predict(at, ["sample", "aipw", "pkps"], [models[5]])
+    mae = at.dataframe[0].value
+    unexplained = set(mae.index[mae["cells_predicted"] < mae["cells"]])
+    assert unexplained, "the demo leaves some cells unpredicted (the test needs one)"
+    notes = at.dataframe[1].value
+    assert set(notes["method"]) == unexplained
+    assert (notes["note"].str.len() > 0).all()
+    assert at.selectbox(key="next_model").value == models[5]
+
+    # a second Predict right after the first keeps its edits (keyed form widgets)
+    _predict(at, ["sample", "pkps"], [models[9], models[2]])
+    assert list(at.dataframe[0].value.index) == ["sample", "pkps"]
+    assert at.selectbox(key="next_model").value == models[9]
+    at.selectbox(key="next_model").set_value(models[2]).run()
+    assert at.selectbox(key="next_model").value == models[2]  # the user's pick stays

@@ -1,0 +1,76 @@
+"""``python -m pkps_core report``: the New model page's report, headless."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pkps_core.store import Store
+from pkps_core.synthetic import make_synthetic
+from pkps_core.views.new_model import new_model_report
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "fam1/model-03"
+
+
+def run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "pkps_core", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "s.duckdb"
+    records = make_synthetic(
+        n_models=24, n_tasks=4, budget=6, rho=0.3, p_task=0.8, random_state=3
+    ).records
+    with Store(path) as db:
+        db.ingest(records, source="synthetic")
+    return path
+
+
+def test_report_writes_html_and_csv_with_the_pages_numbers(store, tmp_path):
+    html, csv = tmp_path / "out" / "report.html", tmp_path / "rows.csv"
+    done = run(
+        "report", "--db", str(store), "--model", TARGET, "--out", str(html), "--csv", str(csv)
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote the report of {TARGET} to {html}")
+    page = html.read_text(encoding="utf-8")
+    for heading in ("Per task", "Where it stands", "What to evaluate next", "Ensemble weights"):
+        assert f"<h2>{heading}</h2>" in page
+    assert page.count("Plotly.newPlot") == 2  # the per-task figure and the PKPS scatter
+    rows = pd.read_csv(csv)
+    assert rows["task"].iloc[-1] == "(overall)"
+    assert len(rows) == 4 + 1
+    with Store(store) as db:
+        expected = new_model_report(db.records(), TARGET)
+    assert rows["prediction"].iloc[-1] == pytest.approx(expected.overall["prediction"])
+    assert f"rank {expected.rank['rank']} of 24" in done.stdout
+
+
+def test_report_without_out_prints_a_summary(store):
+    done = run("report", "--db", str(store), "--model", TARGET)
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith(f"{TARGET}: predicted overall score ")
+    assert "rank " in first and "90% interval" in first
+    assert "(overall)" in done.stdout
+    assert "nearest references in PKPS: " in done.stdout
+
+
+def test_report_refuses_an_unknown_model_in_one_line(store, tmp_path):
+    done = run("report", "--db", str(store), "--model", "nobody/none")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: unknown model 'nobody/none'; it is not in the records"
+    ]
+    missing = run("report", "--db", str(tmp_path / "none.duckdb"), "--model", TARGET)
+    assert missing.returncode == 2 and "no store at" in missing.stderr
