@@ -242,21 +242,29 @@ def sidebar() -> None:
                 target = st.text_input(
                     "Store file (.duckdb)",
                     value=path,
-                    help="An existing store, or a new file to create. "
+                    help="An existing store, or a new file to create (tick the box below). "
                     f"Start the app with {STORE_ENV}=… to choose the default.",
+                )
+                create = st.checkbox(
+                    "Create a new store if the file does not exist",
+                    value=False,
+                    key="switch_create",
+                    help="Off: a path with no store file is refused rather than silently "
+                    "creating an empty store. A missing folder is always refused.",
                 )
                 opened = st.form_submit_button("Open")
             if opened:
-                _open_from_sidebar(target)
+                _open_from_sidebar(target, create)
             if not is_demo(path) and st.button("Back to the demo store"):
                 switch_store(str(demo_path()))
                 st.rerun()
 
 
-def _open_from_sidebar(target: str) -> None:
+def _open_from_sidebar(target: str, create: bool) -> None:
     candidate = Path(target.strip()).expanduser()
-    if candidate.suffix != ".duckdb":
-        st.error("A store is a .duckdb file; give a path ending in .duckdb.")
+    problem = views.store_path_problem(str(candidate), create=create)
+    if problem:
+        alert("error", "Cannot open that store.", problem)
         return
     try:
         switch_store(str(candidate.resolve()))

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import duckdb
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -51,16 +52,21 @@ if st.button("Import", type="primary", disabled=not uploads):
     st.session_state.pop("last_import", None)
     with st.status("Importing…", expanded=True) as status:
         try:
-            if not target.endswith(".duckdb"):
-                raise RecordsError("a store is a .duckdb file; give a path ending in .duckdb")
+            if Path(target).parent == data_dir():
+                data_dir().mkdir(parents=True, exist_ok=True)  # the app's own folder
+            problem = views.store_path_problem(target, create=True)
+            if problem:
+                raise RecordsError(problem)
             st.write("Reading and validating the files…")
             result = read_uploads([(f.name, f.getvalue()) for f in uploads])
             st.write(f"Storing {len(result.records):,} rows in one transaction…")
             store = shared.open_store(target)
             report = store.ingest(result.records, source=result.source)
-        except RecordsError as exc:
+        except (RecordsError, duckdb.Error, OSError) as exc:
+            # one line per problem, never a traceback (DuckDB: the target is not a store)
+            message = str(exc) if isinstance(exc, RecordsError) else f"{target}: {exc}"
             status.update(label="Import failed: nothing was stored", state="error")
-            st.session_state["last_import"] = {"error": str(exc)}
+            st.session_state["last_import"] = {"error": views.error_lines(message)}
         else:
             shared.switch_store(target)
             embed_note = None
@@ -81,10 +87,14 @@ if st.button("Import", type="primary", disabled=not uploads):
 
 last = st.session_state.get("last_import")
 if last and "error" in last:
+    problems = last["error"]
     shared.alert(
         "error",
-        "The upload is not valid, so nothing was stored. Fix the file and upload it again.",
-        last["error"],
+        "The upload is not valid, so nothing was stored. Fix the file and upload it again."
+        if len(problems) == 1
+        else f"{len(problems)} problems, so nothing was stored. Fix the files and upload "
+        "them again.",
+        "\n".join(problems),
     )
 elif last:
     shared.alert("success", "Imported.", last["report"])

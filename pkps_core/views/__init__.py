@@ -7,12 +7,14 @@
 from pkps_core.views.data import (
     MODEL_ORDERS,
     coverage_matrix,
+    error_lines,
     family_coverage,
     family_pairedness,
     model_order,
     model_table,
     paginate,
     pairedness_matrix,
+    store_path_problem,
 )
 from pkps_core.views.experiments import new_model_tables
 from pkps_core.views.predictions import (
@@ -42,6 +44,7 @@ __all__ = [
     "coordinates_export",
     "coverage_matrix",
     "error_bar_frame",
+    "error_lines",
     "export_bytes",
     "family_coverage",
     "family_pairedness",
@@ -58,6 +61,7 @@ __all__ = [
     "scatter_frame",
     "selected_models",
     "similar_query_responses",
+    "store_path_problem",
     "summarize_space",
     "umap_2d",
 ]
