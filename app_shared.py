@@ -10,9 +10,11 @@ they are not copied on every read; small results (summaries, predictions) in
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -132,7 +134,37 @@ def cv_space(path: str, version: int, response_kernel: str, n_components: int) -
     return PerspectiveSpace(**params).fit(load_prepared(path, version))
 
 
-@st.cache_data(max_entries=16, show_spinner="Running UMAP on the coordinates…")
+UMAP_WARMUP_ENV = "PKPS_UMAP_WARMUP"
+UMAP_SPINNER = (
+    "Running UMAP on the coordinates… The first UMAP in a server compiles its numerical "
+    "code (about 25 s; the app starts this in the background when it opens); later runs "
+    "take about a second."
+)
+_umap_warmup: dict[str, threading.Thread] = {}
+_warmup_lock = threading.Lock()
+
+
+def start_umap_warmup() -> threading.Thread | None:
+    """Compile UMAP's numba code once per server, in a background thread, so the first
+    UMAP view does not wait ~25 s for it. Off when ``$PKPS_UMAP_WARMUP`` is ``0``."""
+    if os.environ.get(UMAP_WARMUP_ENV, "1").strip() == "0":
+        return None
+    with _warmup_lock:
+        if "umap" not in _umap_warmup:
+            thread = threading.Thread(target=_warm_umap, name="umap-warmup", daemon=True)
+            _umap_warmup["umap"] = thread
+            thread.start()
+    return _umap_warmup["umap"]
+
+
+def _warm_umap() -> None:
+    try:
+        views.umap_2d(np.random.default_rng(0).normal(size=(24, 4)))
+    except Exception:  # noqa: BLE001 - optional package absent or broken: the view says so
+        pass
+
+
+@st.cache_data(max_entries=16, show_spinner=UMAP_SPINNER)
 def umap_view(
     path: str,
     version: int,
@@ -217,7 +249,9 @@ def require_data() -> tuple[str, int]:
 
 
 def sidebar() -> None:
-    """The active store, its size, and switching to another store file."""
+    """The active store, its size, and switching to another store file (and, once per
+    server, the UMAP warm-up: the sidebar is drawn on every page at app start)."""
+    start_umap_warmup()
     path = active_path()
     try:
         store = active_store()

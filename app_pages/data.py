@@ -138,40 +138,60 @@ many = len(order) > PAGE_SIZE
 family_of = model_table.set_index("model")["family"]
 
 
-def heatmap(matrix, colorscale, zmin, zmax, value_label, hover_x, hover_y):
-    """A heatmap with missing cells drawn in grey (and named in the hover)."""
+def heatmap(matrix, colorscale, zmin, zmax, value_label, axes, value_format=".3f"):
+    """A heatmap with missing cells drawn in grey (and named in the hover).
+
+    ``axes`` is ``(x title, y title)``; names reach Plotly escaped (tick labels and hovers),
+    the data keep the raw names.
+    """
+    x_title, y_title = axes
+    columns, rows = list(matrix.columns), list(matrix.index)
+    labels = [[[views.plotly_text(r), views.plotly_text(c)] for c in columns] for r in rows]
     missing = matrix.isna().astype(float).where(matrix.isna())
+    where = f"{y_title} %{{customdata[0]}}<br>{x_title} %{{customdata[1]}}<br>"
     figure = go.Figure(
         [
             go.Heatmap(
                 z=matrix.to_numpy(),
-                x=list(matrix.columns),
-                y=list(matrix.index),
+                x=columns,
+                y=rows,
+                customdata=labels,
                 colorscale=colorscale,
                 zmin=zmin,
                 zmax=zmax,
                 colorbar={"title": {"text": value_label}},
-                hovertemplate=f"{hover_y} %{{y}}<br>{hover_x} %{{x}}<br>"
-                f"{value_label} %{{z}}<extra></extra>",
+                hovertemplate=f"{where}{value_label} %{{z:{value_format}}}<extra></extra>",
                 xgap=1,
                 ygap=1,
             ),
             go.Heatmap(
                 z=missing.to_numpy(),
-                x=list(matrix.columns),
-                y=list(matrix.index),
+                x=columns,
+                y=rows,
+                customdata=labels,
                 colorscale=[[0, MISSING_COLOUR], [1, MISSING_COLOUR]],
                 showscale=False,
-                hovertemplate=f"{hover_y} %{{y}}<br>{hover_x} %{{x}}<br>missing<extra></extra>",
+                hovertemplate=f"{where}missing<extra></extra>",
                 xgap=1,
                 ygap=1,
             ),
         ]
     )
-    figure.update_yaxes(autorange="reversed", type="category")
-    figure.update_xaxes(type="category")
+    figure.update_yaxes(
+        autorange="reversed",
+        type="category",
+        title=y_title,
+        tickvals=rows,
+        ticktext=[views.plotly_text(r) for r in rows],
+    )
+    figure.update_xaxes(
+        type="category",
+        title=x_title,
+        tickvals=columns,
+        ticktext=[views.plotly_text(c) for c in columns],
+    )
     figure.update_layout(
-        height=min(2400, 160 + 16 * len(matrix.index)), margin={"t": 30, "l": 10, "r": 10}
+        height=min(2400, 200 + 16 * len(matrix.index)), margin={"t": 30, "l": 10, "r": 10}
     )
     return figure
 
@@ -200,10 +220,10 @@ coverage_rows = st.radio(
 if coverage_rows == "models":
     shown = page_of(order, "Model", "coverage_page")
     matrix = views.coverage_matrix(cells, shown, tasks)
-    figure = heatmap(matrix, "Viridis", 0, None, "responses", "task", "model")
+    figure = heatmap(matrix, "Viridis", 0, None, "responses", ("task", "model"), ",.0f")
 else:
     matrix = views.family_coverage(cells, tasks)
-    figure = heatmap(matrix, "Viridis", 0, 1, "share covered", "task", "family")
+    figure = heatmap(matrix, "Viridis", 0, 1, "share of models covered", ("task", "family"))
 st.plotly_chart(figure, width="stretch", key="coverage_chart")
 
 # ---------------------------------------------------------------------- pairedness
@@ -225,10 +245,10 @@ if pair_rows == "models":
     rows = page_of(order, "Row", "pair_row_page")
     columns = page_of(order, "Column", "pair_col_page")
     matrix = views.pairedness_matrix(pairs, rows, columns)
-    figure = heatmap(matrix, "Blues", 0, 1, "ρ", "model", "model")
+    figure = heatmap(matrix, "Blues", 0, 1, "ρ (shared queries)", ("column model", "row model"))
 else:
     matrix = views.family_pairedness(pairs, family_of)
-    figure = heatmap(matrix, "Blues", 0, 1, "mean ρ", "family", "family")
+    figure = heatmap(matrix, "Blues", 0, 1, "mean ρ", ("column family", "row family"))
 st.plotly_chart(figure, width="stretch", key="pairedness_chart")
 off_diagonal = pairs[pairs["model_a"] != pairs["model_b"]]["rho"]
 if len(off_diagonal):
