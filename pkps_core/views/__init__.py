@@ -16,7 +16,14 @@ from pkps_core.views.data import (
     pairedness_matrix,
     store_path_problem,
 )
-from pkps_core.views.experiments import new_model_tables
+from pkps_core.views.experiments import (
+    LEVER_LABELS,
+    METHOD_COLOURS,
+    all_point_tests,
+    budget_check,
+    lever_label,
+    new_model_tables,
+)
 from pkps_core.views.predictions import (
     cell_overview,
     error_bar_frame,
@@ -44,8 +51,12 @@ from pkps_core.views.space import (
 )
 
 __all__ = [
+    "LEVER_LABELS",
+    "METHOD_COLOURS",
     "MODEL_ORDERS",
     "SpaceSummary",
+    "all_point_tests",
+    "budget_check",
     "cell_overview",
     "chosen_multiple",
     "colour_label",
@@ -59,6 +70,7 @@ __all__ = [
     "family_coverage",
     "family_pairedness",
     "interval_table",
+    "lever_label",
     "mae_table",
     "merge_selection",
     "model_order",
