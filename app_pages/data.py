@@ -10,6 +10,7 @@ import app_shared as shared
 from pkps_core import views
 from pkps_core.demo import data_dir
 from pkps_core.records import RecordsError
+from pkps_core.store import families
 from pkps_core.uploads import UPLOAD_TYPES, read_uploads
 
 PAGE_SIZE = 80
@@ -69,6 +70,7 @@ if st.button("Import", type="primary", disabled=not uploads):
             st.session_state["last_import"] = {"error": views.error_lines(message)}
         else:
             shared.switch_store(target)
+            families.reapply_families(store)  # edited families survive a re-import
             embed_note = None
             st.write("Embedding new texts for the kernels (first use only)…")
             try:
@@ -128,6 +130,42 @@ cells = shared.load_cells(path, version)
 model_table = views.model_table(cells)
 with st.expander(f"Models ({len(model_table)})"):
     st.dataframe(model_table, hide_index=True, width="stretch")
+family_rows = families.family_table(shared.active_store())
+st.caption("Families: " + families.derivation_note(family_rows))
+with st.expander(f"Families ({family_rows['family'].nunique()}): see and edit"):
+    st.caption(
+        "Family holdout keeps a model's relatives out of its references, so families "
+        "matter. Edit the family column and save; edits are stored with the store (table "
+        "family_edits) and restored after later imports. suggested: the name's leading "
+        "letters (gpt-3.5-turbo, gpt4_0613 → gpt); “Use the suggested families” applies it to the "
+        "families of the prefix rule only."
+    )
+    edited = st.data_editor(
+        family_rows,
+        disabled=["model", "derived", "suggested"],
+        hide_index=True,
+        width="stretch",
+        key="family_editor",
+    )
+    save, suggest = st.columns(2)
+    changes = dict(zip(edited["model"], edited["family"], strict=True))
+    if save.button("Save the families", disabled=edited.equals(family_rows)):
+        family_update = changes
+    elif suggest.button("Use the suggested families"):
+        family_update = families.suggested_update(family_rows)
+    else:
+        family_update = None
+    if family_update is not None:
+        try:
+            n_changed = families.set_families(shared.active_store(), family_update)
+        except RecordsError as exc:
+            shared.alert("error", "The families were not saved.", str(exc))
+        else:
+            st.session_state["families_saved"] = n_changed
+            st.session_state.pop("family_editor", None)
+            st.rerun()
+    if "families_saved" in st.session_state:
+        st.success(f"Saved: {st.session_state.pop('families_saved')} model(s) changed family.")
 with st.expander("Ingest log"):
     st.dataframe(shared.active_store().ingest_log(), hide_index=True, width="stretch")
 
