@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -176,6 +177,63 @@ def umap_view(
     summary = fit_space(path, version, query_kernel, response_kernel, bandwidth, n_components)
     dims = [c for c in summary.coordinates.columns if c.startswith("dim_")]
     return views.umap_2d(summary.coordinates[dims].to_numpy())
+
+
+# A fit estimated to take longer than this asks first (RBF response kernel on a big cache).
+SLOW_FIT_SECONDS = 20.0
+_slow_fits_done: set[tuple] = set()
+
+
+@st.cache_data(max_entries=16, show_spinner="Estimating the cost of the RBF response kernel…")
+def rbf_estimate(path: str, version: int, query_kernel: str) -> dict[str, float]:
+    """Responses, passes and estimated seconds of the Perspective page's RBF fits."""
+    prepared = load_prepared(path, version)
+    n_responses = prepared.layout.n_responses
+    passes = views.rbf_passes(query_kernel)
+    seconds = views.rbf_fit_seconds(
+        n_responses, len(prepared.models), prepared.response_vectors.shape[1] + 1, passes
+    )
+    return {"responses": n_responses, "passes": passes, "seconds": seconds}
+
+
+def slow_fit_done(key: tuple) -> bool:
+    """Whether this server already ran the slow fit ``key`` (so its result is cached)."""
+    return key in _slow_fits_done
+
+
+def run_with_progress(work, seconds: float, label: str, key: tuple):
+    """Run ``work()`` in a thread while a bar shows the time elapsed against the estimate.
+
+    The bar is time-based (the kernel sums report no progress of their own), labelled as
+    an estimate; ``work``'s exception is raised here.
+    """
+    from streamlit.runtime.scriptrunner import add_script_run_ctx
+
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the script thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="slow-fit", daemon=True)
+    add_script_run_ctx(thread)
+    bar = st.progress(0.0, text=label)
+    start = time.monotonic()
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+        elapsed = time.monotonic() - start
+        bar.progress(
+            min(0.99, elapsed / max(seconds, 1e-9)),
+            text=f"{label} {elapsed:.0f} s of an estimated {seconds:.0f} s",
+        )
+    bar.empty()
+    if "error" in outcome:
+        raise outcome["error"]
+    _slow_fits_done.add(key)
+    return outcome["value"]
 
 
 @st.cache_resource(max_entries=2, show_spinner=False)

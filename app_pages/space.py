@@ -53,9 +53,37 @@ view = controls[5].radio("2-D view", ["MDS axes 1–2", "UMAP"], key="view")
 bandwidth = "cv" if cross_validate or query_kernel == "delta" else float(multiple)
 settings = (query_kernel, response_kernel, bandwidth, int(n_components))
 dkps_settings = ("delta", response_kernel, "cv", int(n_components))
+
+
+def fit_both():
+    return (
+        shared.fit_space(path, version, *settings),
+        shared.fit_space(path, version, *dkps_settings),
+    )
+
+
 try:
-    left = shared.fit_space(path, version, *settings)
-    right = shared.fit_space(path, version, *dkps_settings)
+    slow_key = (path, version, query_kernel, response_kernel, int(n_components))
+    if response_kernel == "rbf" and not shared.slow_fit_done(slow_key):
+        cost = shared.rbf_estimate(path, version, query_kernel)
+        if cost["seconds"] > shared.SLOW_FIT_SECONDS:
+            duration = views.duration_text(cost["seconds"])
+            st.warning(
+                f"The RBF response kernel compares every pair of the {cost['responses']:,} "
+                f"responses ({cost['responses'] ** 2:.2g} pairs), {cost['passes']} times (each "
+                f"bandwidth of the cross-validation, and DKPS): {duration} on this machine "
+                "now (estimated from a timed sample). Linear and cosine take a fast "
+                "factorised path."
+            )
+            if not st.button(f"Fit with the RBF response kernel ({duration})", key="fit_rbf"):
+                st.stop()
+            left, right = shared.run_with_progress(
+                fit_both, cost["seconds"], "Fitting the RBF response kernel…", slow_key
+            )
+        else:
+            left, right = fit_both()
+    else:
+        left, right = fit_both()
 except (RecordsError, ValueError) as exc:
     shared.alert("error", "The perspective space cannot be fitted on this store.", str(exc))
     st.stop()

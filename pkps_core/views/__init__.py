@@ -4,6 +4,7 @@
 :mod:`pkps_core.uploads`.
 """
 
+from pkps_core.views.costs import duration_text, rbf_fit_seconds, rbf_passes
 from pkps_core.views.data import (
     MODEL_ORDERS,
     coverage_matrix,
@@ -63,6 +64,7 @@ __all__ = [
     "coordinates_export",
     "coverage_matrix",
     "delta_limit_error",
+    "duration_text",
     "dkps_pairing_note",
     "error_bar_frame",
     "error_lines",
@@ -82,6 +84,8 @@ __all__ = [
     "per_task_mae",
     "plotly_text",
     "prediction_export",
+    "rbf_fit_seconds",
+    "rbf_passes",
     "scatter_frame",
     "selected_models",
     "similar_query_responses",
