@@ -244,7 +244,7 @@ def scatter(frame: pd.DataFrame, axis_label: str) -> go.Figure:
             go.Scatter(
                 x=chosen["x"],
                 y=chosen["y"],
-                mode="markers+text",
+                mode="markers",  # names in text (not drawn: close points would overlap)
                 marker={
                     "size": 18,
                     "symbol": "circle-open",
@@ -252,7 +252,6 @@ def scatter(frame: pd.DataFrame, axis_label: str) -> go.Figure:
                     "line": {"width": 2.5, "color": "#d62728"},
                 },
                 text=chosen["model_text"],
-                textposition="top center",
                 hoverinfo="skip",
                 name="selected",
             )
@@ -288,9 +287,6 @@ with panels[0]:
     )
 with panels[1]:
     st.subheader("DKPS")
-    pairing_note = views.dkps_pairing_note(shared.load_pairedness(path, version, None))
-    if pairing_note:
-        st.warning(pairing_note, icon="⚠️")
     right_event = st.plotly_chart(
         scatter(frames["right"], axis_label),
         width="stretch",
@@ -298,6 +294,10 @@ with panels[1]:
         selection_mode=("box", "lasso"),
         key="dkps_scatter",
     )
+    # below the chart, so the two panels stay aligned
+    pairing_note = views.dkps_pairing_note(shared.load_pairedness(path, version, None))
+    if pairing_note:
+        st.warning(pairing_note, icon="⚠️")
 coordinates = views.coordinates_export({"pkps": left, "dkps": right})
 st.download_button(
     "Download these coordinates (CSV)",
