@@ -148,8 +148,8 @@ with st.expander(f"Families ({family_rows['family'].nunique()}): see and edit"):
         key="family_editor",
     )
     save, suggest = st.columns(2)
-    changes = dict(zip(edited["model"], edited["family"], strict=True))
-    if save.button("Save the families", disabled=edited.equals(family_rows)):
+    changes = families.editor_changes(family_rows, edited)
+    if save.button("Save the families", disabled=not changes):
         family_update = changes
     elif suggest.button("Use the suggested families"):
         family_update = families.suggested_update(family_rows)

@@ -108,7 +108,8 @@ if query_kernel == "rbf":
     )
 if query_kernel == "rbf" and cross_validate:
     with st.expander("Cross-validation error by bandwidth", expanded=False):
-        curve = left.cv_curve()
+        # the delta limit (multiple 0) has no place on a log axis: it is the dashed line
+        curve = left.cv_curve().query("multiple_of_median > 0")
         figure = go.Figure(
             go.Scatter(
                 x=curve["multiple_of_median"],
@@ -124,7 +125,8 @@ if query_kernel == "rbf" and cross_validate:
                 y=delta_error,
                 line_dash="dash",
                 line_color="#7f7f7f",
-                annotation_text=f"δ limit (bandwidth → 0, = DKPS): {delta_error:.3f}",
+                annotation_text=f"δ limit (bandwidth → 0, = DKPS): {delta_error:.3f}"
+                + ("; chosen by CV" if left.query_bandwidth == 0 else ""),
                 annotation_position="top left",
             )
         chosen = curve[curve["chosen"]]

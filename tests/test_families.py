@@ -52,7 +52,9 @@ def test_family_table_says_how_each_family_was_derived(store):
     assert table.loc["gpt4_0613", "suggested"] == "gpt"
     assert table.loc["meta/llama-3", "suggested"] == "meta"
     note = families.derivation_note(table.reset_index())
-    assert note.startswith("6 families for 6 models; of the models' families 5 by prefix rule")
+    assert note.startswith(
+        "6 families for 6 models. Each model's family: 5 by the prefix rule, 1 from the data."
+    )
 
 
 def test_set_families_rewrites_rows_keeps_the_edit_and_bumps_the_version(store):
@@ -106,3 +108,11 @@ def test_alpaca_eval_families_by_prefix_and_by_stem(tmp_path):
     models = records["model"].drop_duplicates()
     assert models.map(families.default_family).nunique() == 36
     assert models.map(families.stem_family).nunique() == 19
+
+
+def test_editor_changes_are_the_edited_families_only(store):
+    table = families.family_table(store)
+    edited = table.copy()
+    edited.loc[edited["model"] == "claude", "family"] = " anthropic-2 "
+    assert families.editor_changes(table, table) == {}
+    assert families.editor_changes(table, edited) == {"claude": "anthropic-2"}

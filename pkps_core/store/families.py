@@ -68,18 +68,23 @@ def family_table(store: Store) -> pd.DataFrame:
 
 
 def derivation_note(table: pd.DataFrame) -> str:
-    """One sentence: how many families, and how they were derived."""
+    """One sentence: how many families, and how each model's family was set."""
     counts = table["derived"].value_counts()
-    parts = [
-        f"{counts[kind]} by {kind}" if kind == PREFIX_RULE else f"{counts[kind]} {kind}"
-        for kind in (PREFIX_RULE, FROM_DATA, EDITED)
-        if counts.get(kind, 0)
-    ]
+    wording = {PREFIX_RULE: "by the prefix rule", FROM_DATA: "from the data", EDITED: "edited here"}
+    parts = [f"{counts[kind]} {text}" for kind, text in wording.items() if counts.get(kind, 0)]
     return (
-        f"{table['family'].nunique()} families for {len(table)} models; of the models' "
-        f"families {', '.join(parts)}. The prefix rule takes the text before the first "
-        "“/” or “_” of the model name; a name with neither is a family of its own."
+        f"{table['family'].nunique()} families for {len(table)} models. Each model's family: "
+        f"{', '.join(parts)}. The prefix rule takes the text before the first “/” or “_” of "
+        "the model name; a name with neither is a family of its own."
     )
+
+
+def editor_changes(original: pd.DataFrame, edited: pd.DataFrame) -> dict[str, str]:
+    """``{model: family}`` of the rows whose family the user changed in the table."""
+    before = original.set_index("model")["family"]
+    after = edited.set_index("model")["family"].reindex(before.index)
+    changed = after.notna() & (after.astype(str).str.strip() != before.astype(str))
+    return {str(m): str(f).strip() for m, f in after[changed].items()}
 
 
 def suggested_update(table: pd.DataFrame) -> dict[str, str]:
