@@ -10,9 +10,12 @@ they are not copied on every read; small results (summaries, predictions) in
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -44,10 +47,12 @@ def is_demo(path: str) -> bool:
 
 @st.cache_resource(show_spinner="Opening the store…")
 def open_store(path: str) -> Store:
-    """One DuckDB connection per store file, shared by every session."""
+    """One :class:`Store` per store file, shared by every session; it opens the file for
+    each operation only, so other processes (``python -m pkps_core ingest``) can use the
+    store while the app runs."""
     if is_demo(path):
         ensure_demo_store(path)
-    return Store(path)
+    return Store(path, hold=False)
 
 
 def active_path() -> str:
@@ -132,7 +137,37 @@ def cv_space(path: str, version: int, response_kernel: str, n_components: int) -
     return PerspectiveSpace(**params).fit(load_prepared(path, version))
 
 
-@st.cache_data(max_entries=16, show_spinner="Running UMAP on the coordinates…")
+UMAP_WARMUP_ENV = "PKPS_UMAP_WARMUP"
+UMAP_SPINNER = (
+    "Running UMAP on the coordinates… The first UMAP in a server compiles its numerical "
+    "code (about 25 s; the app starts this in the background when it opens); later runs "
+    "take about a second."
+)
+_umap_warmup: dict[str, threading.Thread] = {}
+_warmup_lock = threading.Lock()
+
+
+def start_umap_warmup() -> threading.Thread | None:
+    """Compile UMAP's numba code once per server, in a background thread, so the first
+    UMAP view does not wait ~25 s for it. Off when ``$PKPS_UMAP_WARMUP`` is ``0``."""
+    if os.environ.get(UMAP_WARMUP_ENV, "1").strip() == "0":
+        return None
+    with _warmup_lock:
+        if "umap" not in _umap_warmup:
+            thread = threading.Thread(target=_warm_umap, name="umap-warmup", daemon=True)
+            _umap_warmup["umap"] = thread
+            thread.start()
+    return _umap_warmup["umap"]
+
+
+def _warm_umap() -> None:
+    try:
+        views.umap_2d(np.random.default_rng(0).normal(size=(24, 4)))
+    except Exception:  # noqa: BLE001 - optional package absent or broken: the view says so
+        pass
+
+
+@st.cache_data(max_entries=16, show_spinner=UMAP_SPINNER)
 def umap_view(
     path: str,
     version: int,
@@ -144,6 +179,63 @@ def umap_view(
     summary = fit_space(path, version, query_kernel, response_kernel, bandwidth, n_components)
     dims = [c for c in summary.coordinates.columns if c.startswith("dim_")]
     return views.umap_2d(summary.coordinates[dims].to_numpy())
+
+
+# A fit estimated to take longer than this asks first (RBF response kernel on a big cache).
+SLOW_FIT_SECONDS = 20.0
+_slow_fits_done: set[tuple] = set()
+
+
+@st.cache_data(max_entries=16, show_spinner="Estimating the cost of the RBF response kernel…")
+def rbf_estimate(path: str, version: int, query_kernel: str) -> dict[str, float]:
+    """Responses, passes and estimated seconds of the Perspective page's RBF fits."""
+    prepared = load_prepared(path, version)
+    n_responses = prepared.layout.n_responses
+    passes = views.rbf_passes(query_kernel)
+    seconds = views.rbf_fit_seconds(
+        n_responses, len(prepared.models), prepared.response_vectors.shape[1] + 1, passes
+    )
+    return {"responses": n_responses, "passes": passes, "seconds": seconds}
+
+
+def slow_fit_done(key: tuple) -> bool:
+    """Whether this server already ran the slow fit ``key`` (so its result is cached)."""
+    return key in _slow_fits_done
+
+
+def run_with_progress(work, seconds: float, label: str, key: tuple):
+    """Run ``work()`` in a thread while a bar shows the time elapsed against the estimate.
+
+    The bar is time-based (the kernel sums report no progress of their own), labelled as
+    an estimate; ``work``'s exception is raised here.
+    """
+    from streamlit.runtime.scriptrunner import add_script_run_ctx
+
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the script thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="slow-fit", daemon=True)
+    add_script_run_ctx(thread)
+    bar = st.progress(0.0, text=label)
+    start = time.monotonic()
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.5)
+        elapsed = time.monotonic() - start
+        bar.progress(
+            min(0.99, elapsed / max(seconds, 1e-9)),
+            text=f"{label} {elapsed:.0f} s of an estimated {seconds:.0f} s",
+        )
+    bar.empty()
+    if "error" in outcome:
+        raise outcome["error"]
+    _slow_fits_done.add(key)
+    return outcome["value"]
 
 
 @st.cache_resource(max_entries=2, show_spinner=False)
@@ -217,7 +309,9 @@ def require_data() -> tuple[str, int]:
 
 
 def sidebar() -> None:
-    """The active store, its size, and switching to another store file."""
+    """The active store, its size, and switching to another store file (and, once per
+    server, the UMAP warm-up: the sidebar is drawn on every page at app start)."""
+    start_umap_warmup()
     path = active_path()
     try:
         store = active_store()
@@ -242,21 +336,29 @@ def sidebar() -> None:
                 target = st.text_input(
                     "Store file (.duckdb)",
                     value=path,
-                    help="An existing store, or a new file to create. "
+                    help="An existing store, or a new file to create (tick the box below). "
                     f"Start the app with {STORE_ENV}=… to choose the default.",
+                )
+                create = st.checkbox(
+                    "Create a new store if the file does not exist",
+                    value=False,
+                    key="switch_create",
+                    help="Off: a path with no store file is refused rather than silently "
+                    "creating an empty store. A missing folder is always refused.",
                 )
                 opened = st.form_submit_button("Open")
             if opened:
-                _open_from_sidebar(target)
+                _open_from_sidebar(target, create)
             if not is_demo(path) and st.button("Back to the demo store"):
                 switch_store(str(demo_path()))
                 st.rerun()
 
 
-def _open_from_sidebar(target: str) -> None:
+def _open_from_sidebar(target: str, create: bool) -> None:
     candidate = Path(target.strip()).expanduser()
-    if candidate.suffix != ".duckdb":
-        st.error("A store is a .duckdb file; give a path ending in .duckdb.")
+    problem = views.store_path_problem(str(candidate), create=create)
+    if problem:
+        alert("error", "Cannot open that store.", problem)
         return
     try:
         switch_store(str(candidate.resolve()))

@@ -5,3 +5,9 @@ package; ``streamlit run app.py`` puts this folder on ``sys.path``, and pytest d
 for the folder of a rootdir ``conftest.py`` (its default ``prepend`` import mode). The
 library needs no path setup: ``make test`` installs it (``pip install -e .``).
 """
+
+import os
+
+# The app compiles UMAP in a background thread at start (app_shared.start_umap_warmup); in
+# the test processes that is ~25 s of CPU no test needs (the tests that use UMAP pay it).
+os.environ.setdefault("PKPS_UMAP_WARMUP", "0")

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import duckdb
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -9,6 +10,7 @@ import app_shared as shared
 from pkps_core import views
 from pkps_core.demo import data_dir
 from pkps_core.records import RecordsError
+from pkps_core.store import families
 from pkps_core.uploads import UPLOAD_TYPES, read_uploads
 
 PAGE_SIZE = 80
@@ -51,18 +53,24 @@ if st.button("Import", type="primary", disabled=not uploads):
     st.session_state.pop("last_import", None)
     with st.status("Importing…", expanded=True) as status:
         try:
-            if not target.endswith(".duckdb"):
-                raise RecordsError("a store is a .duckdb file; give a path ending in .duckdb")
+            if Path(target).parent == data_dir():
+                data_dir().mkdir(parents=True, exist_ok=True)  # the app's own folder
+            problem = views.store_path_problem(target, create=True)
+            if problem:
+                raise RecordsError(problem)
             st.write("Reading and validating the files…")
             result = read_uploads([(f.name, f.getvalue()) for f in uploads])
             st.write(f"Storing {len(result.records):,} rows in one transaction…")
             store = shared.open_store(target)
-            report = store.ingest(result.records, source=result.source)
-        except RecordsError as exc:
+            report = store.ingest(result.records, source=result.source, notes=result.warnings)
+        except (RecordsError, duckdb.Error, OSError) as exc:
+            # one line per problem, never a traceback (DuckDB: the target is not a store)
+            message = str(exc) if isinstance(exc, RecordsError) else f"{target}: {exc}"
             status.update(label="Import failed: nothing was stored", state="error")
-            st.session_state["last_import"] = {"error": str(exc)}
+            st.session_state["last_import"] = {"error": views.error_lines(message)}
         else:
             shared.switch_store(target)
+            families.reapply_families(store)  # edited families survive a re-import
             embed_note = None
             st.write("Embedding new texts for the kernels (first use only)…")
             try:
@@ -81,10 +89,14 @@ if st.button("Import", type="primary", disabled=not uploads):
 
 last = st.session_state.get("last_import")
 if last and "error" in last:
+    problems = last["error"]
     shared.alert(
         "error",
-        "The upload is not valid, so nothing was stored. Fix the file and upload it again.",
-        last["error"],
+        "The upload is not valid, so nothing was stored. Fix the file and upload it again."
+        if len(problems) == 1
+        else f"{len(problems)} problems, so nothing was stored. Fix the files and upload "
+        "them again.",
+        "\n".join(problems),
     )
 elif last:
     shared.alert("success", "Imported.", last["report"])
@@ -118,6 +130,42 @@ cells = shared.load_cells(path, version)
 model_table = views.model_table(cells)
 with st.expander(f"Models ({len(model_table)})"):
     st.dataframe(model_table, hide_index=True, width="stretch")
+family_rows = families.family_table(shared.active_store())
+st.caption("Families: " + families.derivation_note(family_rows))
+with st.expander(f"Families ({family_rows['family'].nunique()}): see and edit"):
+    st.caption(
+        "Family holdout keeps a model's relatives out of its references, so families "
+        "matter. Edit the family column and save; edits are stored with the store (table "
+        "family_edits) and restored after later imports. suggested: the name's leading "
+        "letters (gpt-3.5-turbo, gpt4_0613 → gpt); “Use the suggested families” applies it to the "
+        "families of the prefix rule only."
+    )
+    edited = st.data_editor(
+        family_rows,
+        disabled=["model", "derived", "suggested"],
+        hide_index=True,
+        width="stretch",
+        key="family_editor",
+    )
+    save, suggest = st.columns(2)
+    changes = families.editor_changes(family_rows, edited)
+    if save.button("Save the families", disabled=not changes):
+        family_update = changes
+    elif suggest.button("Use the suggested families"):
+        family_update = families.suggested_update(family_rows)
+    else:
+        family_update = None
+    if family_update is not None:
+        try:
+            n_changed = families.set_families(shared.active_store(), family_update)
+        except RecordsError as exc:
+            shared.alert("error", "The families were not saved.", str(exc))
+        else:
+            st.session_state["families_saved"] = n_changed
+            st.session_state.pop("family_editor", None)
+            st.rerun()
+    if "families_saved" in st.session_state:
+        st.success(f"Saved: {st.session_state.pop('families_saved')} model(s) changed family.")
 with st.expander("Ingest log"):
     st.dataframe(shared.active_store().ingest_log(), hide_index=True, width="stretch")
 
@@ -128,40 +176,60 @@ many = len(order) > PAGE_SIZE
 family_of = model_table.set_index("model")["family"]
 
 
-def heatmap(matrix, colorscale, zmin, zmax, value_label, hover_x, hover_y):
-    """A heatmap with missing cells drawn in grey (and named in the hover)."""
+def heatmap(matrix, colorscale, zmin, zmax, value_label, axes, value_format=".3f"):
+    """A heatmap with missing cells drawn in grey (and named in the hover).
+
+    ``axes`` is ``(x title, y title)``; names reach Plotly escaped (tick labels and hovers),
+    the data keep the raw names.
+    """
+    x_title, y_title = axes
+    columns, rows = list(matrix.columns), list(matrix.index)
+    labels = [[[views.plotly_text(r), views.plotly_text(c)] for c in columns] for r in rows]
     missing = matrix.isna().astype(float).where(matrix.isna())
+    where = f"{y_title} %{{customdata[0]}}<br>{x_title} %{{customdata[1]}}<br>"
     figure = go.Figure(
         [
             go.Heatmap(
                 z=matrix.to_numpy(),
-                x=list(matrix.columns),
-                y=list(matrix.index),
+                x=columns,
+                y=rows,
+                customdata=labels,
                 colorscale=colorscale,
                 zmin=zmin,
                 zmax=zmax,
                 colorbar={"title": {"text": value_label}},
-                hovertemplate=f"{hover_y} %{{y}}<br>{hover_x} %{{x}}<br>"
-                f"{value_label} %{{z}}<extra></extra>",
+                hovertemplate=f"{where}{value_label} %{{z:{value_format}}}<extra></extra>",
                 xgap=1,
                 ygap=1,
             ),
             go.Heatmap(
                 z=missing.to_numpy(),
-                x=list(matrix.columns),
-                y=list(matrix.index),
+                x=columns,
+                y=rows,
+                customdata=labels,
                 colorscale=[[0, MISSING_COLOUR], [1, MISSING_COLOUR]],
                 showscale=False,
-                hovertemplate=f"{hover_y} %{{y}}<br>{hover_x} %{{x}}<br>missing<extra></extra>",
+                hovertemplate=f"{where}missing<extra></extra>",
                 xgap=1,
                 ygap=1,
             ),
         ]
     )
-    figure.update_yaxes(autorange="reversed", type="category")
-    figure.update_xaxes(type="category")
+    figure.update_yaxes(
+        autorange="reversed",
+        type="category",
+        title=y_title,
+        tickvals=rows,
+        ticktext=[views.plotly_text(r) for r in rows],
+    )
+    figure.update_xaxes(
+        type="category",
+        title=x_title,
+        tickvals=columns,
+        ticktext=[views.plotly_text(c) for c in columns],
+    )
     figure.update_layout(
-        height=min(2400, 160 + 16 * len(matrix.index)), margin={"t": 30, "l": 10, "r": 10}
+        height=min(2400, 200 + 16 * len(matrix.index)), margin={"t": 30, "l": 10, "r": 10}
     )
     return figure
 
@@ -190,10 +258,10 @@ coverage_rows = st.radio(
 if coverage_rows == "models":
     shown = page_of(order, "Model", "coverage_page")
     matrix = views.coverage_matrix(cells, shown, tasks)
-    figure = heatmap(matrix, "Viridis", 0, None, "responses", "task", "model")
+    figure = heatmap(matrix, "Viridis", 0, None, "responses", ("task", "model"), ",.0f")
 else:
     matrix = views.family_coverage(cells, tasks)
-    figure = heatmap(matrix, "Viridis", 0, 1, "share covered", "task", "family")
+    figure = heatmap(matrix, "Viridis", 0, 1, "share of models covered", ("task", "family"))
 st.plotly_chart(figure, width="stretch", key="coverage_chart")
 
 # ---------------------------------------------------------------------- pairedness
@@ -215,10 +283,10 @@ if pair_rows == "models":
     rows = page_of(order, "Row", "pair_row_page")
     columns = page_of(order, "Column", "pair_col_page")
     matrix = views.pairedness_matrix(pairs, rows, columns)
-    figure = heatmap(matrix, "Blues", 0, 1, "ρ", "model", "model")
+    figure = heatmap(matrix, "Blues", 0, 1, "ρ (shared queries)", ("column model", "row model"))
 else:
     matrix = views.family_pairedness(pairs, family_of)
-    figure = heatmap(matrix, "Blues", 0, 1, "mean ρ", "family", "family")
+    figure = heatmap(matrix, "Blues", 0, 1, "mean ρ", ("column family", "row family"))
 st.plotly_chart(figure, width="stretch", key="pairedness_chart")
 off_diagonal = pairs[pairs["model_a"] != pairs["model_b"]]["rho"]
 if len(off_diagonal):

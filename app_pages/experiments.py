@@ -79,9 +79,11 @@ def lever_inputs(protocol: str) -> dict[str, list]:
     chosen = {}
     columns = st.columns(len(protocols.LEVERS[protocol]))
     for column, lever in zip(columns, protocols.LEVERS[protocol], strict=True):
+        label, help_text = views.LEVER_LABELS[lever]
         chosen[lever] = column.multiselect(
-            lever,
+            label,
             LEVER_CHOICES[lever],
+            help=f"{help_text} (`{lever}` in the tables and the export)",
             default=DEFAULTS[protocol][lever],
             key=f"{protocol}-{lever}",
         )
@@ -89,10 +91,34 @@ def lever_inputs(protocol: str) -> dict[str, list]:
 
 
 def mae_chart(result: protocols.ProtocolResult) -> None:
+    """MAE against a swept setting (a line per method), or per method when nothing is swept
+    (a one-point line says nothing)."""
     swept = [lever for lever in result.levers if result.summary[lever].nunique() > 1]
-    x = st.selectbox("Plot against", swept, key="x-lever") if len(swept) > 1 else None
-    x = x or (swept[0] if swept else result.levers[0])
     summary = result.summary.dropna(subset=["mae"])
+    labels = {"mae": "MAE (mean ± SEM over seeds)", "method": "method"}
+    labels |= {lever: views.lever_label(lever) for lever in result.levers}
+    if not swept:
+        fixed = ", ".join(
+            f"{views.lever_label(lever)} {summary[lever].iloc[0]}" for lever in result.levers
+        )
+        figure = px.bar(
+            summary,
+            x="method",
+            y="mae",
+            error_y="sem",
+            color="method",
+            color_discrete_map=views.METHOD_COLOURS,
+            labels=labels,
+            title=f"At {fixed}" if len(summary) else None,
+        )
+        figure.update_layout(showlegend=False)
+        st.plotly_chart(figure, width="stretch", key="mae-chart")
+        return
+    x = (
+        st.selectbox("Plot against", swept, format_func=views.lever_label, key="x-lever")
+        if len(swept) > 1
+        else swept[0]
+    )
     others = [lever for lever in swept if lever != x]
     facet = None
     if others:
@@ -100,7 +126,7 @@ def mae_chart(result: protocols.ProtocolResult) -> None:
             setting=summary[others]
             .astype(str)
             .agg(", ".join, axis=1)
-            .radd(", ".join(others) + ": ")
+            .radd(", ".join(views.lever_label(o) for o in others) + ": ")
         )
         facet = "setting"
     figure = px.line(
@@ -109,9 +135,10 @@ def mae_chart(result: protocols.ProtocolResult) -> None:
         y="mae",
         error_y="sem",
         color="method",
+        color_discrete_map=views.METHOD_COLOURS,
         facet_col=facet,
         markers=True,
-        labels={"mae": "MAE (mean ± SEM over seeds)"},
+        labels=labels,
     )
     st.plotly_chart(figure, width="stretch", key="mae-chart")
 
@@ -134,7 +161,14 @@ def improvement_chart(result: protocols.ProtocolResult) -> None:
     x = next((lever for lever in result.levers if gains[lever].nunique() > 1), "method")
     st.subheader(f"Per-cell improvement over {comparator}")
     st.caption(f"abs. error of {comparator} minus that of the method; above 0 the method wins.")
-    figure = px.box(gains, x=x, y="gain", color="method")
+    figure = px.box(
+        gains,
+        x=x,
+        y="gain",
+        color="method",
+        color_discrete_map=views.METHOD_COLOURS,
+        labels={x: views.lever_label(x), "gain": f"abs. error of {comparator} − method's"},
+    )
     figure.add_hline(y=0, line_dash="dot")
     st.plotly_chart(figure, width="stretch", key="gain-chart")
 
@@ -150,7 +184,12 @@ def similarity_chart(result: protocols.ProtocolResult) -> None:
         x="similarity",
         y="normalised_gap",
         color="method",
+        color_discrete_map=views.METHOD_COLOURS,
         hover_data=["model", "task", "seed"],
+        labels={
+            "similarity": "similarity to the source models",
+            "normalised_gap": "normalised gap (error ÷ spread of scores)",
+        },
     )
     st.plotly_chart(figure, width="stretch", key="similarity-chart")
     st.dataframe(result.correlations, hide_index=True)
@@ -193,7 +232,16 @@ if submitted:
     if not methods or not all(levers.values()):
         st.error("Choose at least one method and one value per lever.")
         st.stop()
+    notes = []
+    if "budget" in levers:
+        levers["budget"], notes = views.budget_check(
+            shared.load_cells(path, version), levers["budget"]
+        )
+        if not levers["budget"]:
+            st.error(" ".join(notes) or "No budget fits this cache.")
+            st.stop()
     st.session_state["experiment_run"] = {
+        "notes": notes,
         "protocol": protocol,
         "settings": json.dumps({"levers": levers, "methods": methods, **extra}, sort_keys=True),
         "seeds": int(n_seeds),
@@ -204,6 +252,8 @@ if run is None or run["protocol"] != protocol:
     st.info("Choose the levers and press Run.")
     st.stop()
 
+for note in run.get("notes", []):
+    st.info(note)
 bar = st.progress(0.0, text="Starting…")
 longs = []
 try:
@@ -224,6 +274,10 @@ if not len(result.long):
 st.subheader("MAE per method")
 mae_chart(result)
 st.dataframe(protocols.format_summary(result.summary, result.levers))
+st.caption(
+    "Settings: "
+    + "; ".join(f"`{lever}` = {views.lever_label(lever).lower()}" for lever in result.levers)
+)
 improvement_chart(result)
 if "similarity" in result.long.columns:
     similarity_chart(result)
@@ -233,10 +287,11 @@ for title, (caption, table) in views.new_model_tables(result).items():
     st.dataframe(table)
 st.subheader("Wilcoxon signed-rank tests")
 st.caption(
-    "Two-sided, on per-task mean error differences (method − comparator); negative "
-    "mean_diff and frac_cells_better above 0.5 favour the method."
+    "Two-sided, on per-task mean error differences (method − comparator), at every "
+    "setting (the papers' table is the smallest budget's rows); negative mean_diff and "
+    "frac_cells_better above 0.5 favour the method."
 )
-st.dataframe(result.tests, hide_index=True)
+st.dataframe(views.all_point_tests(result), hide_index=True)
 st.download_button(
     "Download the long results (CSV)",
     data=lambda: result.long.to_csv(index=False),

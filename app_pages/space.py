@@ -1,5 +1,6 @@
 """Perspective space: PKPS next to DKPS, coloured by a task's score, with neighbours."""
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -26,14 +27,24 @@ query_kernel = controls[0].radio(
 cross_validate = controls[1].toggle(
     "Cross-validate the bandwidth", value=True, disabled=query_kernel == "delta", key="cv"
 )
-multiple = controls[1].select_slider(
-    "Bandwidth (× median query distance)",
-    options=[0.0, *BANDWIDTH_GRID],
-    value=0.3,
-    format_func=lambda m: "0 (delta limit)" if m == 0 else f"{m:g} ×",
-    disabled=cross_validate or query_kernel == "delta",
-    key="bandwidth",
-)
+BANDWIDTH_OPTIONS = [0.0, *BANDWIDTH_GRID]
+BANDWIDTH_LABEL = "Bandwidth (× median query distance)"
+
+
+def bandwidth_text(m: float) -> str:
+    return "0 (delta limit)" if m == 0 else f"{m:g} ×"
+
+
+slider_slot = controls[1].empty()
+multiple = 0.3
+if not (cross_validate or query_kernel == "delta"):
+    multiple = slider_slot.select_slider(
+        BANDWIDTH_LABEL,
+        options=BANDWIDTH_OPTIONS,
+        value=0.3,
+        format_func=bandwidth_text,
+        key="bandwidth",
+    )
 response_kernel = controls[2].selectbox("Response kernel", RESPONSE_KERNELS, key="response_kernel")
 n_components = controls[3].number_input("MDS dimension d", 2, 32, 8, key="n_components")
 colour_task = controls[4].selectbox("Colour by task", tasks, key="colour_task")
@@ -42,12 +53,51 @@ view = controls[5].radio("2-D view", ["MDS axes 1–2", "UMAP"], key="view")
 bandwidth = "cv" if cross_validate or query_kernel == "delta" else float(multiple)
 settings = (query_kernel, response_kernel, bandwidth, int(n_components))
 dkps_settings = ("delta", response_kernel, "cv", int(n_components))
+
+
+def fit_both():
+    return (
+        shared.fit_space(path, version, *settings),
+        shared.fit_space(path, version, *dkps_settings),
+    )
+
+
 try:
-    left = shared.fit_space(path, version, *settings)
-    right = shared.fit_space(path, version, *dkps_settings)
+    slow_key = (path, version, query_kernel, response_kernel, int(n_components))
+    if response_kernel == "rbf" and not shared.slow_fit_done(slow_key):
+        cost = shared.rbf_estimate(path, version, query_kernel)
+        if cost["seconds"] > shared.SLOW_FIT_SECONDS:
+            duration = views.duration_text(cost["seconds"])
+            st.warning(
+                f"The RBF response kernel compares every pair of the {cost['responses']:,} "
+                f"responses ({cost['responses'] ** 2:.2g} pairs), {cost['passes']} times (each "
+                f"bandwidth of the cross-validation, and DKPS): {duration} on this machine "
+                "now (estimated from a timed sample). Linear and cosine take a fast "
+                "factorised path."
+            )
+            if not st.button(f"Fit with the RBF response kernel ({duration})", key="fit_rbf"):
+                st.stop()
+            left, right = shared.run_with_progress(
+                fit_both, cost["seconds"], "Fitting the RBF response kernel…", slow_key
+            )
+        else:
+            left, right = fit_both()
+    else:
+        left, right = fit_both()
 except (RecordsError, ValueError) as exc:
     shared.alert("error", "The perspective space cannot be fitted on this store.", str(exc))
     st.stop()
+if cross_validate or query_kernel == "delta":
+    # disabled, showing the bandwidth in use: CV's choice, or 0 for the delta kernel
+    slider_slot.select_slider(
+        BANDWIDTH_LABEL
+        + (" — chosen by cross-validation" if query_kernel == "rbf" else " — delta kernel"),
+        options=BANDWIDTH_OPTIONS,
+        value=views.chosen_multiple(left, BANDWIDTH_OPTIONS),
+        format_func=bandwidth_text,
+        disabled=True,
+        key="bandwidth_shown",
+    )
 
 if query_kernel == "rbf":
     st.caption(
@@ -58,15 +108,27 @@ if query_kernel == "rbf":
     )
 if query_kernel == "rbf" and cross_validate:
     with st.expander("Cross-validation error by bandwidth", expanded=False):
-        curve = left.cv_curve()
+        # the delta limit (multiple 0) has no place on a log axis: it is the dashed line
+        curve = left.cv_curve().query("multiple_of_median > 0")
         figure = go.Figure(
             go.Scatter(
                 x=curve["multiple_of_median"],
                 y=curve["cv_error"],
                 mode="lines+markers",
-                hovertemplate="%{x:g} × median: error %{y:.4f}<extra></extra>",
+                name="PKPS",
+                hovertemplate="%{x:g} × median: error %{y:.3f}<extra></extra>",
             )
         )
+        delta_error = views.delta_limit_error(right, cells)
+        if np.isfinite(delta_error):
+            figure.add_hline(
+                y=delta_error,
+                line_dash="dash",
+                line_color="#7f7f7f",
+                annotation_text=f"δ limit (bandwidth → 0, = DKPS): {delta_error:.3f}"
+                + ("; chosen by CV" if left.query_bandwidth == 0 else ""),
+                annotation_position="top left",
+            )
         chosen = curve[curve["chosen"]]
         figure.add_trace(
             go.Scatter(
@@ -78,7 +140,13 @@ if query_kernel == "rbf" and cross_validate:
                 hoverinfo="skip",
             )
         )
-        figure.update_xaxes(type="log", title="bandwidth (× median; the delta limit is not shown)")
+        figure.update_xaxes(
+            type="log",
+            title="bandwidth (× median query distance, log scale)",
+            tickvals=list(curve["multiple_of_median"]),
+            ticktext=[f"{m:g}" for m in curve["multiple_of_median"]],
+            minor={"showgrid": False, "ticks": ""},
+        )
         figure.update_yaxes(title="leave-one-model-out KNN MAE")
         figure.update_layout(height=300, showlegend=False, margin={"t": 20})
         st.plotly_chart(figure, width="stretch", key="cv_curve")
@@ -97,22 +165,50 @@ if view == "UMAP":
             "UMAP needs the optional package umap-learn (pip install umap-learn); "
             "showing the first MDS axes."
         )
+
+
+def chart_selection(key: str):
+    state = st.session_state.get(key)
+    return state.get("selection") if state else None
+
+
+# A box / lasso selection moves into the model picker below (changing a chart's figure
+# resets its selection), so the selection is kept, editable, and highlighted in both panels.
+new_from_charts = views.selected_models(
+    chart_selection("pkps_scatter"), chart_selection("dkps_scatter")
+)
+if new_from_charts:
+    st.session_state["picked_models"] = views.merge_selection(
+        st.session_state.get("picked_models", []), new_from_charts, left.models
+    )
+highlight = list(st.session_state.get("picked_models", []))[:MAX_SELECTED]
 frames = {
     "left": views.scatter_frame(left, cells, colour_task, xy_left),
     "right": views.scatter_frame(right, cells, colour_task, xy_right),
 }
 scores = pd.concat([f["score"] for f in frames.values()])
 cmin, cmax = (scores.min(), scores.max()) if scores.notna().any() else (0.0, 1.0)
+colour_title = views.colour_label(cells, colour_task)
+score_kind = colour_title.split("<br>")[-1]
 
 
 def scatter(frame: pd.DataFrame, axis_label: str) -> go.Figure:
     """Models as points coloured by score (grey: no responses in the task)."""
-    custom = frame[["model", "family", "score", "sample_score", "task_responses", "responses"]]
+    frame = frame.assign(
+        model_text=frame["model"].map(views.plotly_text),
+        family_text=frame["family"].map(views.plotly_text),
+    )
+    custom = frame[
+        ["model", "family", "score", "sample_score", "task_responses", "responses"]
+        + ["model_text", "family_text"]
+    ]
+    task_text = views.plotly_text(colour_task)
     hover = (
-        "<b>%{customdata[0]}</b><br>family %{customdata[1]}<br>"
-        f"score in {colour_task} %{{customdata[2]:.3f}}"
+        "<b>%{customdata[6]}</b><br>family %{customdata[7]}<br>"
+        f"{score_kind} in {task_text} %{{customdata[2]:.3f}}"
         " (sample %{customdata[3]:.3f})<br>responses in task %{customdata[4]}"
-        " · in all %{customdata[5]}<extra></extra>"
+        " · in all %{customdata[5]}<br>"
+        f"{axis_label} 1 %{{x:.3f}}, {axis_label} 2 %{{y:.3f}}<extra></extra>"
     )
     present = frame["score"].notna()
     figure = go.Figure()
@@ -139,25 +235,43 @@ def scatter(frame: pd.DataFrame, axis_label: str) -> go.Figure:
             mode="markers",
             marker={"color": "#b0b0b0", "size": 8, "symbol": "circle-open"},
             customdata=custom[~present].to_numpy(dtype=object).tolist(),
-            hovertemplate="<b>%{customdata[0]}</b><br>family %{customdata[1]}<br>"
-            f"no responses in {colour_task}<extra></extra>",
-            name=f"not in {colour_task}",
+            hovertemplate="<b>%{customdata[6]}</b><br>family %{customdata[7]}<br>"
+            f"no responses in {task_text}<extra></extra>",
+            name=f"not in {task_text}",
         )
     )
+    chosen = frame[frame["model"].isin(highlight)]
+    if len(chosen):
+        figure.add_trace(
+            go.Scatter(
+                x=chosen["x"],
+                y=chosen["y"],
+                mode="markers",  # names in text (not drawn: close points would overlap)
+                marker={
+                    "size": 18,
+                    "symbol": "circle-open",
+                    "color": "#d62728",
+                    "line": {"width": 2.5, "color": "#d62728"},
+                },
+                text=chosen["model_text"],
+                hoverinfo="skip",
+                name="selected",
+            )
+        )
     figure.update_layout(
         coloraxis={
             "cmin": cmin,
             "cmax": cmax,
             "colorscale": "Viridis",
-            "colorbar": {"title": {"text": "score"}},
+            "colorbar": {"title": {"text": colour_title}},
         },
         height=480,
         margin={"t": 10, "l": 10, "r": 10},
         legend={"orientation": "h", "y": -0.15},
         dragmode="lasso",
     )
-    figure.update_xaxes(title=f"{axis_label} 1")
-    figure.update_yaxes(title=f"{axis_label} 2")
+    figure.update_xaxes(title=f"{axis_label} axis 1")
+    figure.update_yaxes(title=f"{axis_label} axis 2")
     return figure
 
 
@@ -182,6 +296,10 @@ with panels[1]:
         selection_mode=("box", "lasso"),
         key="dkps_scatter",
     )
+    # below the chart, so the two panels stay aligned
+    pairing_note = views.dkps_pairing_note(shared.load_pairedness(path, version, None))
+    if pairing_note:
+        st.warning(pairing_note, icon="⚠️")
 coordinates = views.coordinates_export({"pkps": left, "dkps": right})
 st.download_button(
     "Download these coordinates (CSV)",
@@ -213,6 +331,8 @@ neighbours = pkps_neighbours.merge(
 )
 st.subheader("Nearest neighbours")
 st.dataframe(neighbours, hide_index=True, width="stretch")
+if pairing_note:
+    st.caption("DKPS neighbours: " + pairing_note)
 
 st.subheader("Responses to similar queries")
 focus = st.selectbox("Model", selected, key="focus_model")

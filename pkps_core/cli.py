@@ -77,6 +77,7 @@ def _store(path: str, *, read_only: bool):
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from pkps_core.importers import load
+    from pkps_core.store.families import reapply_families
 
     loaded = []  # every file is read before the store is touched: one transaction
     for source in args.paths:
@@ -87,6 +88,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         items = [(r.records, str(source), r.warnings) for source, r, _ in loaded]
         reports = store.ingest_many(items)
+        reapply_families(store)  # families edited on the Data page survive a re-import
         share = (time.perf_counter() - started) / len(loaded)
     for (_, result, elapsed), report in zip(loaded, reports, strict=True):
         for line in [*result.warnings, *result.skipped]:

@@ -16,16 +16,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from pkps_core.text import plotly_safe as plotly_text
+
 if TYPE_CHECKING:  # the report's computation is imported only when a command runs
     from pkps_core.views.new_model import NewModelReport
 
 HIGHLIGHT = "#d62728"
 REFERENCE_COLOUR = "#8c8c8c"
-
-
-def plotly_text(name: object) -> str:
-    """A name as Plotly shows it literally (its HTML-like markup escaped)."""
-    return html.escape(str(name), quote=False)
 
 
 def _interval(report: NewModelReport) -> str:

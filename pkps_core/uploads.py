@@ -90,8 +90,9 @@ def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
     Raises
     ------
     RecordsError
-        A file cannot be read or breaks the schema (the message starts with the file
-        name), two files share a name, or two files hold the same (model, task, query_id).
+        A file cannot be read or breaks the schema, two files share a name, or two files
+        hold the same (model, task, query_id). Every bad file is reported, one line each
+        starting with the file name, without the server's temporary paths.
     """
     if not files:
         raise RecordsError("no files uploaded")
@@ -99,7 +100,7 @@ def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise RecordsError(f"two uploads are named {repeated[0]!r}; upload each file once")
-    frames, rows, skipped, warnings = [], [], [], []
+    frames, rows, skipped, warnings, errors = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="pkps-upload-") as tmp:
         for name, (_, data) in zip(names, files, strict=True):
             unit = Path(tmp) / name
@@ -110,7 +111,15 @@ def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
                     unit.write_bytes(data)
                     result = load(unit)
             except (RecordsError, zipfile.BadZipFile) as exc:
-                raise RecordsError(f"{name}: {exc}") from None
+                message = _scrub(str(exc), tmp)
+                errors.append(message if message.startswith(f"{name}: ") else f"{name}: {message}")
+                continue
+            except Exception as exc:  # noqa: BLE001 - an importer tripped on malformed input
+                # one line, never a traceback: the records do not have the shape the
+                # detected importer expects
+                detail = _scrub(f"{type(exc).__name__}: {exc}", tmp)
+                errors.append(f"{name}: malformed records the importer cannot read ({detail})")
+                continue
             frames.append(result.records.assign(_file=name))
             rows.append(
                 {
@@ -123,11 +132,20 @@ def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
             )
             skipped += [f"{name}: {line}" for line in result.skipped]
             warnings += [f"{name}: {line}" for line in result.warnings]
+    if errors:
+        raise RecordsError("\n".join(errors))
     combined = pd.concat(frames, ignore_index=True)
     _check_cross_file_duplicates(combined)
     records = validate_records(combined.drop(columns="_file"))
     source = ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} more"
     return UploadResult(records, source, pd.DataFrame(rows), skipped, warnings)
+
+
+def _scrub(message: str, folder: str) -> str:
+    """``message`` on one line, without the server's temporary folder in its paths."""
+    for root in {folder, str(Path(folder).resolve())}:
+        message = message.replace(root + "/", "").replace(root, "the upload")
+    return " ".join(message.split())
 
 
 def _check_cross_file_duplicates(combined: pd.DataFrame) -> None:

@@ -4,17 +4,27 @@
 :mod:`pkps_core.uploads`.
 """
 
+from pkps_core.views.costs import duration_text, rbf_fit_seconds, rbf_passes
 from pkps_core.views.data import (
     MODEL_ORDERS,
     coverage_matrix,
+    error_lines,
     family_coverage,
     family_pairedness,
     model_order,
     model_table,
     paginate,
     pairedness_matrix,
+    store_path_problem,
 )
-from pkps_core.views.experiments import new_model_tables
+from pkps_core.views.experiments import (
+    LEVER_LABELS,
+    METHOD_COLOURS,
+    all_point_tests,
+    budget_check,
+    lever_label,
+    new_model_tables,
+)
 from pkps_core.views.predictions import (
     cell_overview,
     error_bar_frame,
@@ -28,8 +38,14 @@ from pkps_core.views.predictions import (
 )
 from pkps_core.views.space import (
     SpaceSummary,
+    chosen_multiple,
+    colour_label,
     coordinates_export,
+    delta_limit_error,
+    dkps_pairing_note,
+    merge_selection,
     nearest_neighbours,
+    plotly_text,
     scatter_frame,
     selected_models,
     similar_query_responses,
@@ -38,17 +54,29 @@ from pkps_core.views.space import (
 )
 
 __all__ = [
+    "LEVER_LABELS",
+    "METHOD_COLOURS",
     "MODEL_ORDERS",
     "SpaceSummary",
+    "all_point_tests",
+    "budget_check",
     "cell_overview",
+    "chosen_multiple",
+    "colour_label",
     "coordinates_export",
     "coverage_matrix",
+    "delta_limit_error",
+    "duration_text",
+    "dkps_pairing_note",
     "error_bar_frame",
+    "error_lines",
     "export_bytes",
     "family_coverage",
     "family_pairedness",
     "interval_table",
+    "lever_label",
     "mae_table",
+    "merge_selection",
     "method_notes",
     "model_order",
     "model_table",
@@ -57,11 +85,15 @@ __all__ = [
     "paginate",
     "pairedness_matrix",
     "per_task_mae",
+    "plotly_text",
     "predicted_vs_reference_figure",
     "prediction_export",
+    "rbf_fit_seconds",
+    "rbf_passes",
     "scatter_frame",
     "selected_models",
     "similar_query_responses",
+    "store_path_problem",
     "summarize_space",
     "umap_2d",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -106,3 +107,36 @@ def family_pairedness(pairs: pd.DataFrame, family_of: pd.Series) -> pd.DataFrame
     )
     families = sorted(set(family_of.loc[family_of.index.isin(pairs["model_a"])]))
     return matrix.reindex(index=families, columns=families)
+
+
+def store_path_problem(path: str, *, create: bool) -> str | None:
+    """Why ``path`` cannot be opened as a store, or None if it can.
+
+    A store is a ``.duckdb`` file. An existing file must be a file (not a folder); a new
+    one is made only when ``create`` is set, and never in a folder that does not exist (a
+    mistyped folder would otherwise be created silently, with an empty store in it).
+    """
+    target = Path(path).expanduser()
+    if target.suffix != ".duckdb":
+        return "A store is a .duckdb file; give a path ending in .duckdb."
+    if target.is_dir():
+        return f"{target} is a folder, not a store file."
+    if target.exists():
+        return None
+    if not target.parent.is_dir():
+        return (
+            f"The folder {target.parent} does not exist, so nothing was opened or created. "
+            "Check the path for a typo."
+        )
+    if not create:
+        return (
+            f"There is no store at {target}. Tick “Create a new store if the file does not "
+            "exist” to make an empty one there."
+        )
+    return None
+
+
+def error_lines(message: str, width: int = 400) -> list[str]:
+    """A failure message as short lines, one per problem (a long line is cut at ``width``)."""
+    lines = [" ".join(line.split()) for line in str(message).splitlines()]
+    return [line if len(line) <= width else line[: width - 1] + "…" for line in lines if line]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from pkps_core.protocols import ProtocolResult, format_intervals, format_summary
+from pkps_core.protocols.reports import COMPARATORS, wilcoxon_tests
 
 
 def new_model_tables(result: ProtocolResult) -> dict[str, tuple[str, pd.DataFrame]]:
@@ -33,3 +36,104 @@ def new_model_tables(result: ProtocolResult) -> dict[str, tuple[str, pd.DataFram
             format_intervals(result.intervals, levers),
         ),
     }
+
+
+# Each lever's label on the page and its help (the raw names stay in tables and exports).
+LEVER_LABELS = {
+    "budget": (
+        "Queries per cell (budget m)",
+        "How many responses each (model, task) cell keeps; the rest are hidden and the "
+        "methods predict the cell's full-task score from the m that remain.",
+    ),
+    "rho": (
+        "Shared queries ρ",
+        "Fraction of each cell's m queries drawn from a pool shared by every model (0: each "
+        "model answered its own queries, so DKPS has nothing to compare; 1: fully paired).",
+    ),
+    "cohort": (
+        "Models in the cohort",
+        "How many models are drawn into the cache (full: every model).",
+    ),
+    "n_tasks": (
+        "Tasks kept",
+        "How many tasks are drawn into the cache (full: every task).",
+    ),
+    "p_task": (
+        "Share of cells observed",
+        "Probability that a (model, task) cell is observed at all; the hidden cells are "
+        "the ones predicted (completion) or simply absent (query efficiency).",
+    ),
+    "p_query": (
+        "Share of queries kept in an observed cell",
+        "Each observed cell keeps each of its queries with this probability (at least one).",
+    ),
+    "core_set": (
+        "Core-set queries per task",
+        "Queries per task every model answered; the split's held-out models are predicted "
+        "from their responses to these.",
+    ),
+    "mode": (
+        "Target scores",
+        "scored: the new models' m responses are judged; responses-only: not yet judged, "
+        "so only their texts place them among the references.",
+    ),
+}
+
+# One fixed, well-separated colour per method (Okabe–Ito based), the same in every chart.
+METHOD_COLOURS = {
+    "mean": "#999999",
+    "sample": "#000000",
+    "irt": "#E69F00",
+    "lrmc": "#56B4E9",
+    "rs-learn": "#009E73",
+    "aipw": "#8C564B",
+    "dkps": "#0072B2",
+    "pkps": "#D55E00",
+    "ensemble": "#CC79A7",
+}
+
+
+def lever_label(lever: str) -> str:
+    return LEVER_LABELS.get(lever, (lever, ""))[0]
+
+
+def budget_check(cells: pd.DataFrame, budgets: Sequence[int]) -> tuple[list[int], list[str]]:
+    """The budgets worth running on this cache, and what to tell the user about the rest.
+
+    A budget above the largest cell (``cells``: :func:`pkps_core.records.cell_table`
+    output) keeps every response of every cell, exactly as the largest budget at or below
+    it: it is dropped rather than drawn as a repeat. Budgets above some cells are kept,
+    with the share of cells that keep all their responses.
+    """
+    sizes = cells["n_responses"].to_numpy(dtype=int)
+    largest = int(sizes.max()) if len(sizes) else 0
+    kept = sorted({int(b) for b in budgets if int(b) <= largest})
+    dropped = sorted({int(b) for b in budgets} - set(kept))
+    notes = []
+    if dropped:
+        listed = ", ".join(map(str, dropped))
+        notes.append(
+            f"Budget {listed} is above the largest cell of this cache ({largest} responses): "
+            f"every cell would keep all its responses, repeating budget {largest}, so "
+            f"{'it was' if len(dropped) == 1 else 'they were'} left out."
+        )
+    for b in kept:
+        short = float((sizes < b).mean())
+        if short > 0:
+            notes.append(
+                f"At budget {b}, {short:.0%} of the cells have fewer than {b} responses and "
+                "keep all of theirs."
+            )
+    return kept, notes
+
+
+def all_point_tests(result: ProtocolResult) -> pd.DataFrame:
+    """The Wilcoxon tests at every operating point (every budget, not only the smallest).
+
+    :func:`pkps_core.protocols.run_protocol` tests query efficiency at the smallest budget
+    only (the papers' table); the page shows every budget.
+    """
+    comparator, smallest = COMPARATORS[result.protocol]
+    if result.protocol == "new-model" or smallest is None:
+        return result.tests
+    return wilcoxon_tests(result.long, result.levers, comparator=comparator)

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from pkps_core.space.knn import loo_knn_error
+from pkps_core.text import plotly_safe as plotly_text
+
 
 @dataclass(frozen=True)
 class SpaceSummary:
@@ -259,3 +262,70 @@ def coordinates_export(summaries: dict[str, SpaceSummary]) -> pd.DataFrame:
     frames = [s.coordinates.assign(space=name) for name, s in summaries.items()]
     combined = pd.concat(frames, ignore_index=True)
     return combined[["space", *[c for c in combined.columns if c != "space"]]]
+
+
+def dkps_pairing_note(pairs: pd.DataFrame) -> str | None:
+    """What the DKPS panel must say when models share few or no queries, else None.
+
+    ``pairs`` is :meth:`pkps_core.store.Store.pairedness` output (ρ per ordered model pair).
+    DKPS compares two models only on the queries both answered: at ρ = 0 for every pair
+    each DKPS distance is the same, so its map and its neighbours mean nothing.
+    """
+    others = pairs[pairs["model_a"] != pairs["model_b"]]
+    if not len(others):
+        return None
+    unpaired = float((others["rho"] <= 0).mean())
+    if unpaired == 1.0:
+        return (
+            "DKPS has no shared queries to compare: no two models answered the same query "
+            "(ρ = 0 for every pair), so every DKPS distance is the same (1), its map is "
+            "arbitrary and its nearest neighbours are meaningless (ties in name order). "
+            "PKPS (left) compares similar queries instead."
+        )
+    if unpaired >= 0.5:
+        return (
+            f"{unpaired:.0%} of the model pairs share no query (ρ = 0): DKPS cannot compare "
+            "them, so their DKPS distances are all the largest value and carry no information."
+        )
+    return None
+
+
+def delta_limit_error(summary: SpaceSummary, cells: pd.DataFrame, k: int = 8) -> float:
+    """The CV criterion (leave-one-model-out KNN MAE) at the delta limit of the bandwidth.
+
+    ``summary`` is the delta-kernel (DKPS) fit, whose coordinates are the bandwidth → 0
+    limit of PKPS; ``cells`` is :func:`pkps_core.records.cell_table` output.
+    """
+    coordinates = summary.coordinates
+    dims = [c for c in coordinates.columns if c.startswith("dim_")]
+    return loo_knn_error(coordinates[dims].to_numpy(dtype=float), cells, summary.models, k)
+
+
+def chosen_multiple(summary: SpaceSummary, options: Sequence[float]) -> float:
+    """The option (multiple of the median query distance) nearest the fit's bandwidth."""
+    scale = summary.median_query_distance
+    if not (scale and np.isfinite(scale)) or summary.query_kernel == "delta":
+        return float(options[0])
+    multiple = summary.query_bandwidth / scale
+    values = np.asarray(options, dtype=float)
+    return float(values[np.argmin(np.abs(values - multiple))])
+
+
+def colour_label(cells: pd.DataFrame, task: str) -> str:
+    """The colour bar's title: the task and which score colours the points.
+
+    The points carry the cell's reference (its ``reference_score``, else its sample
+    score; see :func:`scatter_frame`).
+    """
+    in_task = cells[cells["task"] == task]
+    has_reference = "reference_score" in in_task and in_task["reference_score"].notna().any()
+    kind = "reference score" if has_reference else "sample score"
+    return f"{plotly_text(task)}<br>{kind}"
+
+
+def merge_selection(
+    picked: Sequence[str], from_charts: Sequence[str], models: Sequence[str]
+) -> list[str]:
+    """The picked models followed by new chart selections, restricted to ``models``."""
+    valid = set(map(str, models))
+    return [m for m in dict.fromkeys([*picked, *from_charts]) if m in valid]

@@ -1,0 +1,76 @@
+"""The RBF response kernel's cost is estimated and said before it runs (issue 19).
+
+On AlpacaEval (32k responses) the fit took about three minutes with only a spinner; the
+page now estimates the time from a timed sample, asks, and shows a bar against the
+estimate while it fits.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import app_shared as shared
+from pkps_core import views
+from pkps_core.demo import ensure_demo_store
+from pkps_core.space.kernels import ResponseLayout
+from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, pairwise_sums
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+
+
+@pytest.fixture
+def demo_store(tmp_path, monkeypatch) -> Path:
+    path = ensure_demo_store(tmp_path / "demo.duckdb")
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    return path
+
+
+def test_a_slow_rbf_fit_is_estimated_and_asked_for_first(demo_store, monkeypatch):
+    monkeypatch.setattr(shared, "SLOW_FIT_SECONDS", 0.0)  # every RBF fit counts as slow
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.switch_page(shared.SPACE_PAGE).run()
+    at.selectbox(key="response_kernel").set_value("rbf").run()
+    assert not at.exception, [e.message for e in at.exception]
+    warning = next(w.value for w in at.main.warning if "RBF response kernel" in w.value)
+    assert "estimated from a timed sample" in warning and "6 times" in warning
+    assert not {"pkps_scatter", "dkps_scatter"} & {c.key for c in at.get("plotly_chart")}
+
+    next(b for b in at.button if b.key == "fit_rbf").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert {"pkps_scatter", "dkps_scatter"} <= {c.key for c in at.get("plotly_chart")}
+    # once fitted (and cached) it is not asked again
+    at.selectbox(key="colour_task").set_value(at.selectbox(key="colour_task").options[-1]).run()
+    assert not any(b.key == "fit_rbf" for b in at.button)
+    assert json.loads(next(c for c in at.get("plotly_chart") if c.key == "pkps_scatter").proto.spec)
+
+
+def test_the_linear_kernel_is_not_asked_for(demo_store, monkeypatch):
+    monkeypatch.setattr(shared, "SLOW_FIT_SECONDS", 0.0)
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.switch_page(shared.SPACE_PAGE).run()
+    assert not any(b.key == "fit_rbf" for b in at.button)
+    assert {"pkps_scatter", "dkps_scatter"} <= {c.key for c in at.get("plotly_chart")}
+
+
+def test_the_estimate_is_of_the_order_of_the_real_pair_sum():
+    n, models = 6000, 40
+    rng = np.random.default_rng(1)
+    layout = ResponseLayout.build(np.sort(np.arange(n) % models), np.arange(n) % 600, models, 600)
+    features = rng.normal(size=(n, 49))
+    query_kernel = np.exp(-rng.random((600, 600)))
+    estimate = views.rbf_fit_seconds(n, models, 49, 1)
+    start = time.perf_counter()
+    pairwise_sums(layout, features, query_kernel, "rbf", 1.0, DEFAULT_BLOCK_BYTES)
+    actual = time.perf_counter() - start
+    assert actual / 4 < estimate < actual * 4, (estimate, actual)
+
+
+def test_passes_and_duration_text():
+    assert views.rbf_passes("rbf") == 6 and views.rbf_passes("delta") == 1
+    assert views.duration_text(42.4) == "about 42 s"
+    assert views.duration_text(178) == "about 3 min"
