@@ -303,7 +303,7 @@ def require_data() -> tuple[str, int]:
     summary = store_summary(path, active_store().version)
     if summary["responses"] == 0:
         st.info("This store holds no responses yet. Upload a cache on the Data page.")
-        st.page_link(DATA_PAGE, label="Go to Data", icon="📥")
+        st.page_link(DATA_PAGE, label="Go to Data", icon=":material/upload_file:")
         st.stop()
     return path, summary["version"]
 
@@ -330,7 +330,7 @@ def sidebar() -> None:
             f"{summary['models']} models · {summary['tasks']} tasks · "
             f"{summary['responses']:,} responses · version {summary['version']}"
         )
-        st.page_link(DATA_PAGE, label="Upload data", icon="📥")
+        st.page_link(DATA_PAGE, label="Upload data", icon=":material/upload_file:")
         with st.expander("Switch store"):
             with st.form("switch_store", border=False):
                 target = st.text_input(

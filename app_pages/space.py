@@ -299,7 +299,7 @@ with panels[1]:
     # below the chart, so the two panels stay aligned
     pairing_note = views.dkps_pairing_note(shared.load_pairedness(path, version, None))
     if pairing_note:
-        st.warning(pairing_note, icon="⚠️")
+        st.warning(pairing_note, icon=":material/warning:")
 coordinates = views.coordinates_export({"pkps": left, "dkps": right})
 st.download_button(
     "Download these coordinates (CSV)",
