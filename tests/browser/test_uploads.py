@@ -28,7 +28,8 @@ SQL = "'); DROP TABLE responses; --"
 HTML = "<img src=x onerror=alert(1)>"
 LONG = "long-" + "ω" * 1500 + "-end"
 UNICODE = "模型🧪 Ωμέγα ñandú עברית\u200f"
-HOSTILE_MODELS = [SQL, HTML, LONG, UNICODE]
+MARKUP = '<a href="https://example.com/x">link</a> <b>bold</b><br>next'
+HOSTILE_MODELS = [SQL, HTML, LONG, UNICODE, MARKUP]
 HOSTILE_TASKS = ["<script>alert('task')</script>", "'; DELETE FROM meta; --"]
 HOSTILE_QUERY = "<b onmouseover=alert(2)>bold?</b> '); DROP TABLE embeddings; --"
 
@@ -163,6 +164,17 @@ def _hover_texts(page, figure_index: int) -> list[str]:
     return texts
 
 
+def assert_markup_is_text(page, shown: str) -> None:
+    """Plotly drew the markup name as its characters: no link, bold or line break made of
+    it anywhere in the charts."""
+    assert MARKUP in shown
+    charts = page.locator(".js-plotly-plot")
+    assert charts.locator("a[href*='example.com']").count() == 0
+    assert page.locator("a[href*='example.com']").count() == 0
+    bold = charts.locator("text tspan[style*='font-weight:bold']").all_text_contents()
+    assert "bold" not in [text.strip() for text in bold], bold  # the page's own bold is fine
+
+
 def test_hostile_names_are_stored_verbatim_and_shown_as_text(tmp_path, start_server, new_session):
     store = tmp_path / "hostile.duckdb"
     server = start_server(store)
@@ -176,7 +188,7 @@ def test_hostile_names_are_stored_verbatim_and_shown_as_text(tmp_path, start_ser
     expect(session.main.get_by_test_id("stAlertContentSuccess")).to_contain_text("Imported")
 
     # Tables: the model table lists every name literally.
-    session.main.get_by_text("Models (6)").click()
+    session.main.get_by_text(f"Models ({len(models)})").click()
     table = session.main.get_by_test_id("stDataFrame").filter(has_text="mean_sample_score")
     expect(table).to_contain_text(SQL)
     text = table.locator("table").inner_text()
@@ -188,6 +200,7 @@ def test_hostile_names_are_stored_verbatim_and_shown_as_text(tmp_path, start_ser
         assert set(HOSTILE_MODELS) <= set(rows)
     axis_text = page.locator(".yaxislayer-above").first.text_content()
     assert HTML in axis_text and SQL in axis_text
+    assert_markup_is_text(page, axis_text)
     session.assert_clean()
 
     go_to(session, "Perspective space")
@@ -198,9 +211,12 @@ def test_hostile_names_are_stored_verbatim_and_shown_as_text(tmp_path, start_ser
     assert any(HTML in h for h in hovers), hovers
     assert any(SQL in h for h in hovers), hovers
     assert any(UNICODE.replace("\u200f", "")[:8] in h for h in hovers), hovers
+    assert any(MARKUP in h for h in hovers), hovers
+    assert_markup_is_text(page, " ".join(hovers))
     session.assert_clean()
 
     go_to(session, "Predictions")
+    page.get_by_role("tab", name="Export").click()
     with page.expect_download() as download_info:
         page.get_by_test_id("stDownloadButton").filter(has_text="Predictions (CSV)").click()
     exported = pd.read_csv(download_info.value.path(), keep_default_na=False)
