@@ -25,6 +25,7 @@ from pkps_core.predict import PredictionContext, build_context, predict
 from pkps_core.records import cell_table
 from pkps_core.space import PerspectiveSpace, PreparedCache, prepare_cache
 from pkps_core.store import Store
+from pkps_core.views.columns import column_help
 
 STORE_ENV = "PKPS_STORE"
 # Page scripts, relative to app.py (st.Page, st.page_link and AppTest.switch_page take these).
@@ -33,6 +34,26 @@ DATA_PAGE = "app_pages/data.py"
 SPACE_PAGE = "app_pages/space.py"
 PREDICTIONS_PAGE = "app_pages/predictions.py"
 EXPERIMENTS_PAGE = "app_pages/experiments.py"
+
+
+def column_tooltips(frame) -> dict:
+    """``column_config`` giving each of ``frame``'s columns its meaning as a tooltip."""
+    data = frame.data if isinstance(getattr(frame, "data", None), pd.DataFrame) else frame  # Styler
+    columns = list(getattr(data, "columns", []))
+    index_name = getattr(getattr(data, "index", None), "name", None)
+    names = [*columns, *([index_name] if index_name else [])]
+    return {name: st.column_config.Column(help=text) for name, text in column_help(names).items()}
+
+
+def table(frame, *, column_config: dict | None = None, **kwargs):
+    """``st.dataframe`` with every column's meaning as its header tooltip
+    (:func:`pkps_core.views.columns.column_help`); ``column_config`` entries win."""
+    config = column_tooltips(frame)
+    for name, given in (column_config or {}).items():
+        if isinstance(given, dict) and not given.get("help") and name in config:
+            given = {**given, "help": config[name]["help"]}
+        config[name] = given
+    return st.dataframe(frame, column_config=config, **kwargs)
 
 
 def default_store_path() -> str:

@@ -100,7 +100,7 @@ if last and "error" in last:
     )
 elif last:
     shared.alert("success", "Imported.", last["report"])
-    st.dataframe(last["files"], hide_index=True)
+    shared.table(last["files"], hide_index=True)
     if last["skipped"]:
         shared.alert("warning", "Some items were skipped:", "\n".join(last["skipped"]))
     if last["warnings"]:
@@ -129,7 +129,7 @@ if summary["responses"] == 0:
 cells = shared.load_cells(path, version)
 model_table = views.model_table(cells)
 with st.expander(f"Models ({len(model_table)})"):
-    st.dataframe(model_table, hide_index=True, width="stretch")
+    shared.table(model_table, hide_index=True, width="stretch")
 family_rows = families.family_table(shared.active_store())
 st.caption("Families: " + families.derivation_note(family_rows))
 with st.expander(f"Families ({family_rows['family'].nunique()}): see and edit"):
@@ -143,6 +143,7 @@ with st.expander(f"Families ({family_rows['family'].nunique()}): see and edit"):
     edited = st.data_editor(
         family_rows,
         disabled=["model", "derived", "suggested"],
+        column_config=shared.column_tooltips(family_rows),
         hide_index=True,
         width="stretch",
         key="family_editor",
@@ -167,7 +168,7 @@ with st.expander(f"Families ({family_rows['family'].nunique()}): see and edit"):
     if "families_saved" in st.session_state:
         st.success(f"Saved: {st.session_state.pop('families_saved')} model(s) changed family.")
 with st.expander("Ingest log"):
-    st.dataframe(shared.active_store().ingest_log(), hide_index=True, width="stretch")
+    shared.table(shared.active_store().ingest_log(), hide_index=True, width="stretch")
 
 tasks = sorted(cells["task"].unique())
 order_by = st.radio("Order models by", views.MODEL_ORDERS, index=1, horizontal=True, key="order_by")

@@ -192,7 +192,7 @@ def similarity_chart(result: protocols.ProtocolResult) -> None:
         },
     )
     st.plotly_chart(figure, width="stretch", key="similarity-chart")
-    st.dataframe(result.correlations, hide_index=True)
+    shared.table(result.correlations, hide_index=True)
 
 
 st.title("Experiments")
@@ -273,7 +273,7 @@ if not len(result.long):
 
 st.subheader("MAE per method")
 mae_chart(result)
-st.dataframe(protocols.format_summary(result.summary, result.levers))
+shared.table(protocols.format_summary(result.summary, result.levers))
 st.caption(
     "Settings: "
     + "; ".join(f"`{lever}` = {views.lever_label(lever).lower()}" for lever in result.levers)
@@ -284,14 +284,14 @@ if "similarity" in result.long.columns:
 for title, (caption, table) in views.new_model_tables(result).items():
     st.subheader(title)
     st.caption(caption)
-    st.dataframe(table)
+    shared.table(table)
 st.subheader("Wilcoxon signed-rank tests")
 st.caption(
     "Two-sided, on per-task mean error differences (method − comparator), at every "
     "setting (the papers' table is the smallest budget's rows); negative mean_diff and "
     "frac_cells_better above 0.5 favour the method."
 )
-st.dataframe(views.all_point_tests(result), hide_index=True)
+shared.table(views.all_point_tests(result), hide_index=True)
 st.download_button(
     "Download the long results (CSV)",
     data=lambda: result.long.to_csv(index=False),

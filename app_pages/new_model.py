@@ -142,32 +142,33 @@ per_task, standing, next_tab, export = st.tabs(
 )
 with per_task:
     st.plotly_chart(reports.tasks_figure(result), width="stretch", key="new_model_tasks")
-    st.dataframe(result.tasks, hide_index=True, width="stretch", column_config=TASK_COLUMNS)
+    shared.table(result.tasks, hide_index=True, width="stretch", column_config=TASK_COLUMNS)
     st.caption(
         "Ensemble weights per pattern of members that apply to a cell (validated on the shadows):"
     )
-    st.dataframe(result.weights, hide_index=True, width="stretch")
+    shared.table(result.weights, hide_index=True, width="stretch")
 with standing:
     left, right = st.columns([3, 2])
     left.plotly_chart(reports.scatter_figure(result), width="stretch", key="new_model_scatter")
     right.caption(
         "Nearest references in PKPS (distance D; overall: their query-weighted reference score)"
     )
-    right.dataframe(
-        result.neighbours,
-        hide_index=True,
-        column_config={"distance": NUMBER(format="%.3f"), "overall": NUMBER(format="%.3f")},
-    )
+    with right:
+        shared.table(
+            result.neighbours,
+            hide_index=True,
+            column_config={"distance": NUMBER(format="%.3f"), "overall": NUMBER(format="%.3f")},
+        )
     st.caption(
         "Their responses to the queries closest to its own (similarity: cosine of "
         "the query embeddings)"
     )
-    st.dataframe(result.responses, hide_index=True, width="stretch")
+    shared.table(result.responses, hide_index=True, width="stretch")
     st.caption(
         "Standings: the references' overall scores (filled_tasks: tasks without a "
         "reference, filled by their prediction) and the model's prediction"
     )
-    st.dataframe(
+    shared.table(
         result.standings,
         hide_index=True,
         width="stretch",
@@ -180,7 +181,7 @@ with next_tab:
         "width shrinking like a standard error; for a missing one, its width minus that of "
         "its observed tasks. Estimates from these intervals, not refits."
     )
-    st.dataframe(
+    shared.table(
         result.next_cells,
         hide_index=True,
         width="stretch",

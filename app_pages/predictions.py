@@ -148,20 +148,20 @@ with summary_tab:
         "a prediction; cells: all cells)."
     )
     mae = views.mae_table(predictions, evaluated)
-    st.dataframe(
+    shared.table(
         mae, width="stretch", column_config={"MAE": st.column_config.NumberColumn(format="%.4f")}
     )
     notes = views.method_notes(predictions)
     if len(notes):
         st.caption("Why some methods leave cells without a prediction (the export's `note`):")
-        st.dataframe(notes, hide_index=True, width="stretch")
+        shared.table(notes, hide_index=True, width="stretch")
     if has_intervals:
         st.caption(
             f"{INTERVAL_LEVEL:.0%} intervals: coverage of the references (share of cells whose "
             "reference lies inside), mean width, cells with an interval, and cells warned as "
             "extrapolation."
         )
-        st.dataframe(
+        shared.table(
             views.interval_table(predictions, evaluated),
             width="stretch",
             column_config={
@@ -203,7 +203,7 @@ with task_tab:
     by_task = views.per_task_mae(predictions, evaluated)
     if len(by_task):
         st.caption("MAE against the references per task (rows) and method (columns).")
-        st.dataframe(by_task, width="stretch")
+        shared.table(by_task, width="stretch")
         long = by_task.reset_index().melt(id_vars="task", var_name="method", value_name="MAE")
         bars = go.Figure(
             [
@@ -243,7 +243,7 @@ with cells_tab:
         )
     else:
         shown = table
-    st.dataframe(shown, hide_index=True, width="stretch")
+    shared.table(shown, hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------------- next
 with next_tab:
@@ -280,7 +280,7 @@ with next_tab:
             )
             ranking = trust.next_cells(predictions, next_target, method=next_method, top=10)
             if len(ranking):
-                st.dataframe(ranking, hide_index=True, width="stretch")
+                shared.table(ranking, hide_index=True, width="stretch")
             else:
                 st.info("Every cell of this model is as observed as its task allows.")
 

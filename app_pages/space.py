@@ -150,7 +150,7 @@ if query_kernel == "rbf" and cross_validate:
         figure.update_yaxes(title="leave-one-model-out KNN MAE")
         figure.update_layout(height=300, showlegend=False, margin={"t": 20})
         st.plotly_chart(figure, width="stretch", key="cv_curve")
-        st.dataframe(
+        shared.table(
             left.cv_curve()[["multiple_of_median", "bandwidth", "cv_error", "chosen"]],
             hide_index=True,
         )
@@ -330,7 +330,7 @@ neighbours = pkps_neighbours.merge(
     dkps_neighbours, on=["model", "rank"], suffixes=(f" ({left_title})", " (DKPS)")
 )
 st.subheader("Nearest neighbours")
-st.dataframe(neighbours, hide_index=True, width="stretch")
+shared.table(neighbours, hide_index=True, width="stretch")
 if pairing_note:
     st.caption("DKPS neighbours: " + pairing_note)
 
@@ -344,4 +344,4 @@ st.caption(
     "responses to the most similar queries they answered (cosine similarity of query "
     "embeddings; 1 = the same query)."
 )
-st.dataframe(examples, hide_index=True, width="stretch")
+shared.table(examples, hide_index=True, width="stretch")
