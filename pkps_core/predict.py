@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.methods import HOLDOUTS, METHODS, MethodResult, PredictionContext
+from pkps_core.methods.context import NEIGHBOURS
 from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import prepare_cache
@@ -65,8 +66,8 @@ def build_context(
     ``shadow_repeats=0`` turns the shadows off (calibration then reads the references at
     their own budget). ``neighbours``: see :class:`PredictionContext`.
     """
-    if neighbours not in ("embedding", "distances"):
-        raise ValueError(f"neighbours must be 'embedding' or 'distances', got {neighbours!r}")
+    if neighbours not in NEIGHBOURS:
+        raise ValueError(f"neighbours must be one of {', '.join(NEIGHBOURS)}, got {neighbours!r}")
     if holdout not in HOLDOUTS:
         raise ValueError(f"holdout must be 'model' or 'family', got {holdout!r}")
     frame = validate_records(records)

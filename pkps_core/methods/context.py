@@ -25,8 +25,10 @@ import pandas as pd
 
 from pkps_core.space import PerspectiveSpace, PreparedCache
 from pkps_core.space.knn import cell_matrix, knn_grid_predictions
+from pkps_core.space.out_of_sample import out_of_sample_embedding
 
 HOLDOUTS = ("model", "family")
+NEIGHBOURS = ("embedding", "distances", "out-of-sample")
 
 
 @dataclass
@@ -96,10 +98,15 @@ class PredictionContext:
         Shadows (:mod:`pkps_core.methods.shadows`): the index of each shadow's original
         model, -1 for the real models; None when the run has no shadows. Shadows are
         targets; every calibration reads their cells (:attr:`calibration_truth`).
-    neighbours : {"embedding", "distances"}
+    neighbours : {"embedding", "distances", "out-of-sample"}
         Whether the KNN of the space methods measures distance in the MDS coordinates
-        (Eq. 2, the papers) or by D itself (no embedding error; new models placed by their
-        distance rows alone).
+        (Eq. 2, the papers), by D itself (no embedding error; new models placed by their
+        distance rows alone), or in the MDS of the references with the targets (shadows
+        included) placed out of sample (:mod:`pkps_core.space.out_of_sample`; the same
+        as "embedding" without targets).
+    neighbour_grid : tuple of int
+        Further K the shadows may choose for the PKPS KNN, jointly with the bandwidth
+        (:meth:`_bandwidth_at_target_budget`); empty: K stays :attr:`n_neighbors`.
     """
 
     records: pd.DataFrame
@@ -112,6 +119,7 @@ class PredictionContext:
     cache: dict = field(default_factory=dict, repr=False)
     origin: np.ndarray | None = None
     neighbours: str = "embedding"
+    neighbour_grid: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ caches
 
@@ -270,26 +278,31 @@ class PredictionContext:
         return self.cached_shared(("space", name), fit)
 
     def _bandwidth_at_target_budget(self, space: PerspectiveSpace) -> PerspectiveSpace:
-        """The grid bandwidth whose KNN predicts the shadows best (MAE against their
-        originals' references), instead of the fit's own cross-validation on every
-        model's observed scores: the shadows are observed like the targets, so this is
-        the choice for the targets' budget. The errors
-        are kept in ``target_cv_errors_`` (NaN where no shadow cell could be judged)."""
+        """The grid bandwidth (and, with :attr:`neighbour_grid`, the K) whose KNN predicts
+        the shadows best (MAE against their originals' references), instead of the fit's
+        own cross-validation on every model's observed scores: the shadows are observed
+        like the targets, so this is the choice for the targets' budget. The errors are
+        kept in ``target_cv_errors_`` (bandwidths × K; NaN where no shadow cell could be
+        judged), the chosen K in ``target_neighbors_``."""
         truth = self.calibration_truth
         observed = (self.n_responses > 0) & np.isfinite(truth)
         if not observed.any() or len(space.bandwidth_grid_) < 2:
             return space
+        ks = sorted({self.n_neighbors, *self.neighbour_grid})
         candidates = [space.select_bandwidth(bandwidth) for bandwidth in space.bandwidth_grid_]
-        errors = []
-        for candidate in candidates:
-            knn = self.knn(candidate)
-            usable = observed & np.isfinite(knn)
-            errors.append(np.abs(knn - truth)[usable].mean() if usable.any() else np.nan)
-        errors = np.asarray(errors)
+        errors = np.full((len(candidates), len(ks)), np.nan)
+        for b, candidate in enumerate(candidates):
+            for j, k in enumerate(ks):
+                knn = self.knn(candidate, k)
+                usable = observed & np.isfinite(knn)
+                if usable.any():
+                    errors[b, j] = np.abs(knn - truth)[usable].mean()
         if not np.isfinite(errors).any():
             return space
-        chosen = candidates[int(np.nanargmin(errors))]
-        chosen.target_cv_errors_ = errors
+        b, j = np.unravel_index(int(np.nanargmin(errors)), errors.shape)
+        chosen = candidates[b]
+        chosen.target_cv_errors_ = errors if len(ks) > 1 else errors[:, 0]
+        chosen.target_neighbors_ = int(ks[j])
         return chosen
 
     @property
@@ -323,13 +336,27 @@ class PredictionContext:
             tables.append(table)
         return tables
 
-    def knn(self, space: PerspectiveSpace) -> np.ndarray:
+    def coordinates(self, space: PerspectiveSpace) -> np.ndarray:
+        """The models' coordinates in ``space`` the KNN reads: the joint MDS, or (with
+        ``neighbours="out-of-sample"`` and targets) the references' MDS with every target
+        placed out of sample."""
+        if self.neighbours != "out-of-sample" or self.targets is None or not self.targets.any():
+            return space.embedding_
+        inside = ~np.asarray(self.targets, dtype=bool)
+        if inside.sum() < 2:
+            return space.embedding_
+        return out_of_sample_embedding(space.distance_matrix_, inside, space.embedding_.shape[1])
+
+    def knn(self, space: PerspectiveSpace, k: int | None = None) -> np.ndarray:
         """Per-task KNN of every cell from the allowed references in ``space`` (by
-        :attr:`neighbours`)."""
+        :attr:`neighbours`), with ``k`` neighbours (default: the space's
+        ``target_neighbors_`` when the shadows chose one, else :attr:`n_neighbors`)."""
+        if k is None:
+            k = getattr(space, "target_neighbors_", self.n_neighbors)
         return knn_grid_predictions(
-            space.embedding_,
+            self.coordinates(space),
             self.training_references,
             self.allowed(),
-            self.n_neighbors,
+            k,
             distances=space.distance_matrix_ if self.neighbours == "distances" else None,
         )

@@ -98,7 +98,8 @@ def difficulty(
     space_name = METHODS[method].space
     if space_name is not None:
         space = context.space(space_name)
-        distances = cdist(space.embedding_, space.embedding_)
+        coordinates = context.coordinates(space)
+        distances = cdist(coordinates, coordinates)
         off = distances[~np.eye(len(distances), dtype=bool)]
         median = float(np.median(off)) if len(off) else 1.0
         near = _knn_distance(distances, references, allowed, context.n_neighbors)
