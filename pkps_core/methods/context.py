@@ -104,9 +104,6 @@ class PredictionContext:
         distance rows alone), or in the MDS of the references with the targets (shadows
         included) placed out of sample (:mod:`pkps_core.space.out_of_sample`; the same
         as "embedding" without targets).
-    neighbour_grid : tuple of int
-        Further K the shadows may choose for the PKPS KNN, jointly with the bandwidth
-        (:meth:`_bandwidth_at_target_budget`); empty: K stays :attr:`n_neighbors`.
     """
 
     records: pd.DataFrame
@@ -119,7 +116,6 @@ class PredictionContext:
     cache: dict = field(default_factory=dict, repr=False)
     origin: np.ndarray | None = None
     neighbours: str = "embedding"
-    neighbour_grid: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ caches
 
@@ -278,31 +274,26 @@ class PredictionContext:
         return self.cached_shared(("space", name), fit)
 
     def _bandwidth_at_target_budget(self, space: PerspectiveSpace) -> PerspectiveSpace:
-        """The grid bandwidth (and, with :attr:`neighbour_grid`, the K) whose KNN predicts
-        the shadows best (MAE against their originals' references), instead of the fit's
-        own cross-validation on every model's observed scores: the shadows are observed
-        like the targets, so this is the choice for the targets' budget. The errors are
-        kept in ``target_cv_errors_`` (bandwidths × K; NaN where no shadow cell could be
-        judged), the chosen K in ``target_neighbors_``."""
+        """The grid bandwidth whose KNN predicts the shadows best (MAE against their
+        originals' references), instead of the fit's own cross-validation on every
+        model's observed scores: the shadows are observed like the targets, so this is
+        the choice for the targets' budget. The errors
+        are kept in ``target_cv_errors_`` (NaN where no shadow cell could be judged)."""
         truth = self.calibration_truth
         observed = (self.n_responses > 0) & np.isfinite(truth)
         if not observed.any() or len(space.bandwidth_grid_) < 2:
             return space
-        ks = sorted({self.n_neighbors, *self.neighbour_grid})
         candidates = [space.select_bandwidth(bandwidth) for bandwidth in space.bandwidth_grid_]
-        errors = np.full((len(candidates), len(ks)), np.nan)
-        for b, candidate in enumerate(candidates):
-            for j, k in enumerate(ks):
-                knn = self.knn(candidate, k)
-                usable = observed & np.isfinite(knn)
-                if usable.any():
-                    errors[b, j] = np.abs(knn - truth)[usable].mean()
+        errors = []
+        for candidate in candidates:
+            knn = self.knn(candidate)
+            usable = observed & np.isfinite(knn)
+            errors.append(np.abs(knn - truth)[usable].mean() if usable.any() else np.nan)
+        errors = np.asarray(errors)
         if not np.isfinite(errors).any():
             return space
-        b, j = np.unravel_index(int(np.nanargmin(errors)), errors.shape)
-        chosen = candidates[b]
-        chosen.target_cv_errors_ = errors if len(ks) > 1 else errors[:, 0]
-        chosen.target_neighbors_ = int(ks[j])
+        chosen = candidates[int(np.nanargmin(errors))]
+        chosen.target_cv_errors_ = errors
         return chosen
 
     @property
@@ -347,16 +338,13 @@ class PredictionContext:
             return space.embedding_
         return out_of_sample_embedding(space.distance_matrix_, inside, space.embedding_.shape[1])
 
-    def knn(self, space: PerspectiveSpace, k: int | None = None) -> np.ndarray:
+    def knn(self, space: PerspectiveSpace) -> np.ndarray:
         """Per-task KNN of every cell from the allowed references in ``space`` (by
-        :attr:`neighbours`), with ``k`` neighbours (default: the space's
-        ``target_neighbors_`` when the shadows chose one, else :attr:`n_neighbors`)."""
-        if k is None:
-            k = getattr(space, "target_neighbors_", self.n_neighbors)
+        :attr:`neighbours`)."""
         return knn_grid_predictions(
             self.coordinates(space),
             self.training_references,
             self.allowed(),
-            k,
+            self.n_neighbors,
             distances=space.distance_matrix_ if self.neighbours == "distances" else None,
         )

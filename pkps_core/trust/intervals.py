@@ -5,7 +5,8 @@ residuals ``|ŷ − reference| / σ`` of reference cells in runs that hide the c
 family fold (cross-conformal over families), and ``σ`` a local difficulty per method. When
 the run has targets, the calibration cells are instead the shadows' (references observed
 like the targets, :mod:`pkps_core.methods.shadows`), so the residuals are at the targets'
-budget.
+budget, and the quantile counts families, not cells (:func:`grouped_conformal_quantile`): a
+new model arrives as a whole family whose cells share their errors.
 Why and how, in full: ``docs/trust.md``.
 
 References
@@ -51,6 +52,41 @@ def conformal_quantile(scores: np.ndarray, level: float = DEFAULT_LEVEL) -> floa
         return float("nan")
     rank = math.ceil(level * (n + 1) - 1e-9)
     return float(values[rank - 1]) if rank <= n else float("inf")
+
+
+def grouped_conformal_quantile(
+    scores: np.ndarray, groups: np.ndarray, level: float = DEFAULT_LEVEL
+) -> float:
+    """The conformal quantile when exchangeability holds between groups, not cells.
+
+    A new model comes as a whole family whose cells share its errors, so the unit of
+    exchangeability is the family: every group's scores get total weight 1 (each of its
+    ``n_g`` scores ``1 / n_g``, the pooled within-group CDFs of Dunn, Wasserman and Ramdas
+    2022), and the finite-sample correction counts groups: the smallest score whose
+    weighted CDF reaches ``level · (G + 1)`` over ``G`` groups. ``inf`` when ``G`` is too
+    small for the level, NaN without scores. With one score per group this is
+    :func:`conformal_quantile`.
+
+    References
+    ----------
+    Dunn, Wasserman and Ramdas (2022), "Distribution-free prediction sets for two-layer
+    hierarchical models", JASA 118(544).
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    scores = np.asarray(scores, dtype=float).ravel()
+    groups = np.asarray(groups).ravel()
+    finite = np.isfinite(scores)
+    scores, groups = scores[finite], groups[finite]
+    if not len(scores):
+        return float("nan")
+    _, index, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    order = np.argsort(scores, kind="stable")
+    cumulative = np.cumsum(1.0 / counts[index[order]])
+    needed = level * (len(counts) + 1) - 1e-9
+    if needed > cumulative[-1]:
+        return float("inf")
+    return float(scores[order][np.searchsorted(cumulative, needed)])
 
 
 def _knn_distance(
@@ -175,13 +211,15 @@ def normalised_residuals(
 
 def shadow_residuals(
     context: PredictionContext, prediction: np.ndarray, sigma: np.ndarray
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Calibration scores ``|ŷ − truth| / σ`` on the shadows' cells (see
     :mod:`pkps_core.methods.shadows`): the references observed like the targets, predicted
-    from the other families' references and judged against their own full references."""
+    from the other families' references and judged against their own full references;
+    and each score's family (the unit of :func:`grouped_conformal_quantile`)."""
     truth = context.calibration_truth
     usable = context.shadows[:, None] & np.isfinite(truth) & np.isfinite(prediction) & (sigma > 0)
-    return np.abs(prediction - truth)[usable] / sigma[usable]
+    families = np.broadcast_to(context.families[:, None], usable.shape)
+    return np.abs(prediction - truth)[usable] / sigma[usable], families[usable]
 
 
 @dataclasses.dataclass
@@ -238,8 +276,8 @@ def prediction_intervals(
     n_calibration = np.zeros(n_models, dtype=int)
     sigma = difficulty(context, method, context.training_references, context.allowed("family"))
     if context.has_shadows:
-        scores = shadow_residuals(context, prediction, sigma)
-        quantile[:] = conformal_quantile(scores, level) if len(scores) else np.nan
+        scores, families = shadow_residuals(context, prediction, sigma)
+        quantile[:] = grouped_conformal_quantile(scores, families, level)
         n_calibration[:] = len(scores)
     else:
         for in_fold, scores in normalised_residuals(context, method, n_folds):
