@@ -14,6 +14,11 @@ def test_one_score_per_group_is_the_split_conformal_quantile():
             scores, level
         )
     assert grouped_conformal_quantile(np.arange(5.0), np.arange(5), 0.9) == np.inf
+    # too few groups for a family-level quantile (8 < 9): the cell-level one
+    cells = np.arange(40.0)
+    assert grouped_conformal_quantile(cells, np.arange(40) % 8, 0.9) == conformal_quantile(
+        cells, 0.9
+    )
     assert np.isnan(grouped_conformal_quantile(np.array([np.nan]), np.array([0])))
     with pytest.raises(ValueError, match="level"):
         grouped_conformal_quantile(scores, np.arange(37), 1.0)

@@ -63,8 +63,11 @@ def grouped_conformal_quantile(
     exchangeability is the family: every group's scores get total weight 1 (each of its
     ``n_g`` scores ``1 / n_g``, the pooled within-group CDFs of Dunn, Wasserman and Ramdas
     2022), and the finite-sample correction counts groups: the smallest score whose
-    weighted CDF reaches ``level · (G + 1)`` over ``G`` groups. ``inf`` when ``G`` is too
-    small for the level, NaN without scores. With one score per group this is
+    weighted CDF reaches ``level · (G + 1)`` over ``G`` groups. With too few groups for
+    a finite family-level quantile (``G < level / (1 − level)``, 9 at 90 %) it falls
+    back to the cell-level :func:`conformal_quantile` of all the scores (exchangeable
+    cells: a weaker guarantee, but an interval narrower than the score range on a small
+    cache). NaN without scores. With one score per group this is
     :func:`conformal_quantile`.
 
     References
@@ -85,7 +88,7 @@ def grouped_conformal_quantile(
     cumulative = np.cumsum(1.0 / counts[index[order]])
     needed = level * (len(counts) + 1) - 1e-9
     if needed > cumulative[-1]:
-        return float("inf")
+        return conformal_quantile(scores, level)
     return float(scores[order][np.searchsorted(cumulative, needed)])
 
 
