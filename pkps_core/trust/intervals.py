@@ -5,8 +5,10 @@ residuals ``|ŷ − reference| / σ`` of reference cells in runs that hide the c
 family fold (cross-conformal over families), and ``σ`` a local difficulty per method. When
 the run has targets, the calibration cells are instead the shadows' (references observed
 like the targets, :mod:`pkps_core.methods.shadows`), so the residuals are at the targets'
-budget, and the quantile counts families, not cells (:func:`grouped_conformal_quantile`): a
-new model arrives as a whole family whose cells share their errors.
+budget; ``unit="families"`` makes the quantile count families, not cells
+(:func:`grouped_conformal_quantile`: a new model arrives as a whole family whose cells share
+their errors), which on AlpacaEval fixes the under-coverage at m = 2 but doubles the widths
+and over-covers elsewhere (README / the issue-15 report), so cells stay the default.
 Why and how, in full: ``docs/trust.md``.
 
 References
@@ -255,6 +257,7 @@ def prediction_intervals(
     level: float = DEFAULT_LEVEL,
     *,
     n_folds: int = MAX_FOLDS,
+    unit: str = "cells",
 ) -> Intervals:
     """Split-conformal intervals of ``method``'s ``prediction`` at coverage ``level``.
 
@@ -269,18 +272,26 @@ def prediction_intervals(
     level : float, default=0.9
     n_folds : int, default=10
         At most this many family folds (see the module docstring).
+    unit : {"cells", "families"}, default="cells"
+        What the shadows' conformal quantile treats as exchangeable: cells
+        (:func:`conformal_quantile`) or families (:func:`grouped_conformal_quantile`).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"interval level must be in (0, 1), got {level}")
+    if unit not in ("cells", "families"):
+        raise ValueError(f"unit must be 'cells' or 'families', got {unit!r}")
     n_models = len(context.models)
     quantile = np.full(n_models, np.nan)
     n_calibration = np.zeros(n_models, dtype=int)
     sigma = difficulty(context, method, context.training_references, context.allowed("family"))
     if context.has_shadows:
         scores, families = shadow_residuals(context, prediction, sigma)
-        quantile[:] = grouped_conformal_quantile(scores, families, level)
+        if unit == "families":
+            quantile[:] = grouped_conformal_quantile(scores, families, level)
+        else:
+            quantile[:] = conformal_quantile(scores, level) if len(scores) else np.nan
         n_calibration[:] = len(scores)
     else:
         for in_fold, scores in normalised_residuals(context, method, n_folds):
