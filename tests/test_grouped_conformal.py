@@ -2,6 +2,7 @@
 families whose cells share their errors)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pkps_core.trust.intervals import conformal_quantile, grouped_conformal_quantile
@@ -49,3 +50,27 @@ def test_new_families_are_covered_where_the_cell_quantile_falls_short():
         pooled.append(np.mean(new <= conformal_quantile(calibration, 0.9)))
     assert np.mean(grouped) >= 0.9
     assert np.mean(pooled) < 0.88
+
+
+def test_prediction_intervals_count_families_when_asked():
+    from pkps_core.predict import build_context
+    from pkps_core.synthetic import make_synthetic
+    from pkps_core.trust.intervals import prediction_intervals
+
+    data = make_synthetic(n_models=36, n_tasks=3, budget=12, rho=0.0, random_state=4)
+    records = data.records.drop(columns=["reference_score"], errors="ignore")
+    families = sorted(records["family"].unique())
+    targets = sorted(records.loc[records["family"].isin(families[:2]), "model"].unique())
+    is_target = records["model"].isin(targets)
+    thin = records[is_target].groupby(["model", "task"]).head(2)
+    masked = pd.concat([records[~is_target], thin], ignore_index=True)
+    params = {"response_kernel": "rbf", "query_bandwidth": "median"}
+    context = build_context(masked, holdout="family", targets=targets, space_params=params)
+    prediction = context.knn(context.pkps)
+    cells = prediction_intervals(context, "pkps", prediction)
+    grouped = prediction_intervals(context, "pkps", prediction, unit="families")
+    # ten reference families: finite at the family level, and more cautious than cells
+    assert np.isfinite(grouped.quantile).all()
+    assert grouped.quantile[0] >= cells.quantile[0] > 0
+    with pytest.raises(ValueError, match="unit"):
+        prediction_intervals(context, "pkps", prediction, unit="models")
