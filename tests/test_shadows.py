@@ -135,3 +135,33 @@ def test_intervals_at_the_targets_budget_cover_and_are_not_vacuous(dense):
     inside = (out["lower"] <= out["truth"]) & (out["truth"] <= out["upper"])
     coverage = inside.groupby(out["method"]).mean()
     assert coverage.between(0.75, 1.0).all(), coverage
+
+
+def test_target_runs_widen_the_bandwidth_grid_and_the_shadows_choose_in_it(dense):
+    """Only a run with targets tries 10 and 30 × the median (Table 1's runs, without
+    targets, keep the default grid); the shadows' choice from the wider grid predicts
+    responses-only targets at m = 2 no worse than from the default grid."""
+    from pkps_core.predict import TARGET_BANDWIDTH_GRID
+    from pkps_core.space.estimator import BANDWIDTH_GRID
+
+    records, targets = dense
+    truth = records.groupby(["model", "task"])["score"].mean()
+    masked = thin_targets(records, targets, 2, seed=3, scored=False)
+    wide = build_context(masked, holdout="family", targets=targets)
+    assert wide.space_params["bandwidth_grid"] == TARGET_BANDWIDTH_GRID
+    median = wide.pkps.median_query_distance_
+    np.testing.assert_allclose(
+        wide.pkps.bandwidth_grid_, [0.0, *(c * median for c in TARGET_BANDWIDTH_GRID)]
+    )
+    assert np.isfinite(wide.pkps.target_cv_errors_).all()
+    plain = build_context(records, holdout="family")
+    assert len(plain.pkps.bandwidth_grid_) == len(BANDWIDTH_GRID) + 1
+    narrow = build_context(
+        masked, holdout="family", targets=targets, space_params={"bandwidth_grid": BANDWIDTH_GRID}
+    )
+    errors = {}
+    for name, context in (("wide", wide), ("narrow", narrow)):
+        out = predict(context, ["pkps"])
+        out = out[out["model"].isin(targets)].set_index(["model", "task"])
+        errors[name] = (out["prediction"] - truth.reindex(out.index)).abs().mean()
+    assert errors["wide"] <= errors["narrow"] + 0.005, errors

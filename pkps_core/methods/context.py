@@ -25,8 +25,10 @@ import pandas as pd
 
 from pkps_core.space import PerspectiveSpace, PreparedCache
 from pkps_core.space.knn import cell_matrix, knn_grid_predictions
+from pkps_core.space.out_of_sample import out_of_sample_embedding
 
 HOLDOUTS = ("model", "family")
+NEIGHBOURS = ("embedding", "distances", "out-of-sample")
 
 
 @dataclass
@@ -96,10 +98,12 @@ class PredictionContext:
         Shadows (:mod:`pkps_core.methods.shadows`): the index of each shadow's original
         model, -1 for the real models; None when the run has no shadows. Shadows are
         targets; every calibration reads their cells (:attr:`calibration_truth`).
-    neighbours : {"embedding", "distances"}
+    neighbours : {"embedding", "distances", "out-of-sample"}
         Whether the KNN of the space methods measures distance in the MDS coordinates
-        (Eq. 2, the papers) or by D itself (no embedding error; new models placed by their
-        distance rows alone).
+        (Eq. 2, the papers), by D itself (no embedding error; new models placed by their
+        distance rows alone), or in the MDS of the references with the targets (shadows
+        included) placed out of sample (:mod:`pkps_core.space.out_of_sample`; the same
+        as "embedding" without targets).
     """
 
     records: pd.DataFrame
@@ -336,11 +340,22 @@ class PredictionContext:
             tables.append(table)
         return tables
 
+    def coordinates(self, space: PerspectiveSpace) -> np.ndarray:
+        """The models' coordinates in ``space`` the KNN reads: the joint MDS, or (with
+        ``neighbours="out-of-sample"`` and targets) the references' MDS with every target
+        placed out of sample."""
+        if self.neighbours != "out-of-sample" or self.targets is None or not self.targets.any():
+            return space.embedding_
+        inside = ~np.asarray(self.targets, dtype=bool)
+        if inside.sum() < 2:
+            return space.embedding_
+        return out_of_sample_embedding(space.distance_matrix_, inside, space.embedding_.shape[1])
+
     def knn(self, space: PerspectiveSpace) -> np.ndarray:
         """Per-task KNN of every cell from the allowed references in ``space`` (by
         :attr:`neighbours`)."""
         return knn_grid_predictions(
-            space.embedding_,
+            self.coordinates(space),
             self.training_references,
             self.allowed(),
             self.n_neighbors,

@@ -62,7 +62,7 @@ def whitened_knn_completion(context: PredictionContext, space: str) -> np.ndarra
         stack = np.stack([context.training_matrix(i, allowed) for i in rows])
         residual, bias, mean, scale = two_way_bias(stack)
         cells = [(p, i, t) for p, i in enumerate(rows) for t in np.flatnonzero(missing[i])]
-        embedding = context.space(space).embedding_
+        embedding = context.coordinates(context.space(space))
         distances = cdist(embedding, embedding)
         values = residual_knn(
             residual, bias, mean, scale, cells, distances, allowed, context.n_neighbors

@@ -85,7 +85,7 @@ class SweepOptions:
         :data:`PROTOCOL_DEFAULT`, is the protocol's :data:`DEFAULT_INTERVALS` (0.9 for
         ``"new-model"``, None for the others). With intervals the long table carries
         ``lower``, ``upper`` and ``n_responses`` (:data:`INTERVAL_COLUMNS`).
-    neighbours : {"embedding", "distances"}
+    neighbours : {"embedding", "distances", "out-of-sample"}
         The space methods' KNN in the MDS coordinates or by D
         (:func:`pkps_core.predict.build_context`).
     """

@@ -5,7 +5,10 @@ residuals ``|ŷ − reference| / σ`` of reference cells in runs that hide the c
 family fold (cross-conformal over families), and ``σ`` a local difficulty per method. When
 the run has targets, the calibration cells are instead the shadows' (references observed
 like the targets, :mod:`pkps_core.methods.shadows`), so the residuals are at the targets'
-budget.
+budget; ``unit="families"`` makes the quantile count families, not cells
+(:func:`grouped_conformal_quantile`: a new model arrives as a whole family whose cells share
+their errors), which on AlpacaEval fixes the under-coverage at m = 2 but doubles the widths
+and over-covers elsewhere (README / the issue-15 report), so cells stay the default.
 Why and how, in full: ``docs/trust.md``.
 
 References
@@ -53,6 +56,44 @@ def conformal_quantile(scores: np.ndarray, level: float = DEFAULT_LEVEL) -> floa
     return float(values[rank - 1]) if rank <= n else float("inf")
 
 
+def grouped_conformal_quantile(
+    scores: np.ndarray, groups: np.ndarray, level: float = DEFAULT_LEVEL
+) -> float:
+    """The conformal quantile when exchangeability holds between groups, not cells.
+
+    A new model comes as a whole family whose cells share its errors, so the unit of
+    exchangeability is the family: every group's scores get total weight 1 (each of its
+    ``n_g`` scores ``1 / n_g``, the pooled within-group CDFs of Dunn, Wasserman and Ramdas
+    2022), and the finite-sample correction counts groups: the smallest score whose
+    weighted CDF reaches ``level · (G + 1)`` over ``G`` groups. With too few groups for
+    a finite family-level quantile (``G < level / (1 − level)``, 9 at 90 %) it falls
+    back to the cell-level :func:`conformal_quantile` of all the scores (exchangeable
+    cells: a weaker guarantee, but an interval narrower than the score range on a small
+    cache). NaN without scores. With one score per group this is
+    :func:`conformal_quantile`.
+
+    References
+    ----------
+    Dunn, Wasserman and Ramdas (2022), "Distribution-free prediction sets for two-layer
+    hierarchical models", JASA 118(544).
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    scores = np.asarray(scores, dtype=float).ravel()
+    groups = np.asarray(groups).ravel()
+    finite = np.isfinite(scores)
+    scores, groups = scores[finite], groups[finite]
+    if not len(scores):
+        return float("nan")
+    _, index, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    order = np.argsort(scores, kind="stable")
+    cumulative = np.cumsum(1.0 / counts[index[order]])
+    needed = level * (len(counts) + 1) - 1e-9
+    if needed > cumulative[-1]:
+        return conformal_quantile(scores, level)
+    return float(scores[order][np.searchsorted(cumulative, needed)])
+
+
 def _knn_distance(
     distances: np.ndarray, references: np.ndarray, allowed: np.ndarray, k: int
 ) -> np.ndarray:
@@ -98,7 +139,8 @@ def difficulty(
     space_name = METHODS[method].space
     if space_name is not None and context.space_unavailable(space_name) is None:
         space = context.space(space_name)
-        distances = cdist(space.embedding_, space.embedding_)
+        coordinates = context.coordinates(space)
+        distances = cdist(coordinates, coordinates)
         off = distances[~np.eye(len(distances), dtype=bool)]
         median = float(np.median(off)) if len(off) else 1.0
         near = _knn_distance(distances, references, allowed, context.n_neighbors)
@@ -174,13 +216,15 @@ def normalised_residuals(
 
 def shadow_residuals(
     context: PredictionContext, prediction: np.ndarray, sigma: np.ndarray
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Calibration scores ``|ŷ − truth| / σ`` on the shadows' cells (see
     :mod:`pkps_core.methods.shadows`): the references observed like the targets, predicted
-    from the other families' references and judged against their own full references."""
+    from the other families' references and judged against their own full references;
+    and each score's family (the unit of :func:`grouped_conformal_quantile`)."""
     truth = context.calibration_truth
     usable = context.shadows[:, None] & np.isfinite(truth) & np.isfinite(prediction) & (sigma > 0)
-    return np.abs(prediction - truth)[usable] / sigma[usable]
+    families = np.broadcast_to(context.families[:, None], usable.shape)
+    return np.abs(prediction - truth)[usable] / sigma[usable], families[usable]
 
 
 @dataclasses.dataclass
@@ -213,6 +257,7 @@ def prediction_intervals(
     level: float = DEFAULT_LEVEL,
     *,
     n_folds: int = MAX_FOLDS,
+    unit: str = "cells",
 ) -> Intervals:
     """Split-conformal intervals of ``method``'s ``prediction`` at coverage ``level``.
 
@@ -227,18 +272,26 @@ def prediction_intervals(
     level : float, default=0.9
     n_folds : int, default=10
         At most this many family folds (see the module docstring).
+    unit : {"cells", "families"}, default="cells"
+        What the shadows' conformal quantile treats as exchangeable: cells
+        (:func:`conformal_quantile`) or families (:func:`grouped_conformal_quantile`).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"interval level must be in (0, 1), got {level}")
+    if unit not in ("cells", "families"):
+        raise ValueError(f"unit must be 'cells' or 'families', got {unit!r}")
     n_models = len(context.models)
     quantile = np.full(n_models, np.nan)
     n_calibration = np.zeros(n_models, dtype=int)
     sigma = difficulty(context, method, context.training_references, context.allowed("family"))
     if context.has_shadows:
-        scores = shadow_residuals(context, prediction, sigma)
-        quantile[:] = conformal_quantile(scores, level) if len(scores) else np.nan
+        scores, families = shadow_residuals(context, prediction, sigma)
+        if unit == "families":
+            quantile[:] = grouped_conformal_quantile(scores, families, level)
+        else:
+            quantile[:] = conformal_quantile(scores, level) if len(scores) else np.nan
         n_calibration[:] = len(scores)
     else:
         for in_fold, scores in normalised_residuals(context, method, n_folds):

@@ -1,0 +1,64 @@
+"""Out-of-sample classical MDS: embed the references, place the other models by their D rows.
+
+Joint MDS (Eq. 2) embeds every model at once, so thin new models (and the shadows that
+mirror them) pull the configuration of the references they are compared with. Here only
+the ``inside`` models (the references) are embedded; each other model is placed from its
+distances to them alone, by the least-squares out-of-sample rule for classical MDS: its
+row of the doubly centred inner products with the references, ``b = -1/2 (a - mean(a) -
+r + g)`` (``a``: its squared distances to the references, ``r``: the references' row means
+of squared distances, ``g``: their grand mean), is regressed on the references'
+coordinates, ``y = Λ^{-1} X^T b``. A reference placed that way lands on its own
+coordinates, so the rule extends the references' embedding without moving it.
+
+References
+----------
+Trosset and Priebe (2008), "The out-of-sample problem for classical multidimensional
+scaling", Computational Statistics & Data Analysis 52(10); Gower (1968), "Adding a point
+to vector diagrams in multivariate analysis", Biometrika 55(3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pkps_core.space.estimator import classical_mds
+
+
+def out_of_sample_embedding(
+    distance: np.ndarray, inside: np.ndarray, n_components: int
+) -> np.ndarray:
+    """Classical MDS of the ``inside`` models, every other model placed out of sample.
+
+    Parameters
+    ----------
+    distance : ndarray (n_models, n_models)
+        D (symmetric, zero diagonal).
+    inside : ndarray of bool (n_models,)
+        The models whose configuration is fitted (at least two).
+    n_components : int
+
+    Returns
+    -------
+    ndarray (n_models, n_components)
+        Coordinates; the inside rows are their classical MDS, the others their projection
+        (0 on components whose eigenvalue is not positive).
+    """
+    inside = np.asarray(inside, dtype=bool)
+    if inside.sum() < 2:
+        raise ValueError("out-of-sample MDS needs at least two models inside the fit")
+    squared = np.asarray(distance, dtype=float) ** 2
+    squared = 0.5 * (squared + squared.T)
+    within = squared[np.ix_(inside, inside)]
+    coordinates, eigenvalues = classical_mds(np.sqrt(within), n_components)
+    to_inside = squared[:, inside]
+    inner = -0.5 * (
+        to_inside
+        - to_inside.mean(axis=1, keepdims=True)
+        - within.mean(axis=1)[None, :]
+        + within.mean()
+    )
+    positive = eigenvalues > 1e-12 * max(float(eigenvalues.max(initial=0.0)), 1e-300)
+    embedding = np.zeros((len(squared), coordinates.shape[1]))
+    embedding[:, positive] = inner @ coordinates[:, positive] / eigenvalues[positive]
+    embedding[inside] = coordinates
+    return embedding
