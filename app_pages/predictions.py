@@ -142,11 +142,7 @@ if evaluated:
 # ---------------------------------------------------------------------- summary
 with summary_tab:
     scope = "the target models' cells" if evaluated else "all cells"
-    st.caption(
-        f"Mean absolute error of the prediction against each cell's reference score, over "
-        f"{scope} with both (MAE; cells_scored: cells with both; cells_predicted: cells with "
-        "a prediction; cells: all cells)."
-    )
+    st.caption(views.reference_caption(cells, scope))
     mae = views.mae_table(predictions, evaluated)
     shared.table(
         mae, width="stretch", column_config={"MAE": st.column_config.NumberColumn(format="%.4f")}

@@ -350,3 +350,20 @@ def test_coordinates_export_stacks_spaces(fitted):
     frame = views.coordinates_export({"pkps": summary, "dkps": summary})
     assert frame.columns[:3].tolist() == ["space", "model", "family"]
     assert frame["space"].value_counts().to_dict() == {"pkps": 12, "dkps": 12}
+
+
+def test_the_mae_caption_says_what_the_reference_is():
+    rows = pd.DataFrame(
+        {
+            "model": ["a", "a", "b", "b"],
+            "task": ["t"] * 4,
+            "query_id": ["q1", "q2", "q1", "q2"],
+            "score": [1.0, 0.0, 0.0, 0.0],
+        }
+    )
+    rows = validate_records(rows)
+    without = views.reference_caption(cell_table(rows), "all cells")
+    assert "sample score (this store has no reference_score column)" in without
+    assert "not held out" in without
+    given = views.reference_caption(cell_table(rows.assign(reference_score=0.4)), "all cells")
+    assert "against each cell's reference score" in given and "not held out" not in given

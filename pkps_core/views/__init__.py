@@ -35,6 +35,7 @@ from pkps_core.views.predictions import (
     per_task_mae,
     predicted_vs_reference_figure,
     prediction_export,
+    reference_caption,
 )
 from pkps_core.views.space import (
     SpaceSummary,
@@ -88,6 +89,7 @@ __all__ = [
     "plotly_text",
     "predicted_vs_reference_figure",
     "prediction_export",
+    "reference_caption",
     "rbf_fit_seconds",
     "rbf_passes",
     "scatter_frame",

@@ -45,6 +45,27 @@ def mae_table(predictions: pd.DataFrame, models: Sequence[str] | None = None) ->
     return table
 
 
+def reference_caption(cells: pd.DataFrame, scope: str) -> str:
+    """What the MAE is measured against, for the Predictions page: the input's
+    ``reference_score``, or (where it has none) each reference model's sample score — said
+    plainly, since sample and the methods reading the cell's own scores then score ~0."""
+    if np.isfinite(pd.to_numeric(cells["reference_score"], errors="coerce")).any():
+        against = "each cell's reference score"
+        tail = ""
+    else:
+        against = "each cell's sample score (this store has no reference_score column)"
+        tail = (
+            " Sample, and the methods that read the cell's own scores (ensemble, aipw, "
+            "rs-learn), are not held out from it; for an honest comparison mark models as "
+            "targets or use the Experiments page's protocols."
+        )
+    return (
+        f"Mean absolute error of the prediction against {against}, over {scope} with both "
+        "(MAE; cells_scored: cells with both; cells_predicted: cells with a prediction; "
+        f"cells: all cells).{tail}"
+    )
+
+
 def per_task_mae(predictions: pd.DataFrame, models: Sequence[str] | None = None) -> pd.DataFrame:
     """MAE against references per task (rows) and method (columns)."""
     frame = predictions if models is None else predictions[predictions["model"].isin(models)]
