@@ -205,3 +205,11 @@ def test_borrowed_buffers_are_never_shared(size):
     with runtime.borrow_buffer(size) as first, runtime.borrow_buffer(size) as second:
         assert not np.shares_memory(first, second)
         assert first.size == second.size == size
+
+
+def test_test_modules_have_unique_names():
+    """pytest imports test modules by basename (no packages under tests/): two files named
+    alike abort collection in a clean checkout."""
+    tests = Path(__file__).resolve().parent
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
