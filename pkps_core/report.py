@@ -215,12 +215,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = new_model_report(
         records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
     )
+    if args.csv:
+        report.rows().to_csv(args.csv, index=False)
     if args.out:
         target = Path(args.out)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(report_html(report), encoding="utf-8")
-        if args.csv:
-            report.rows().to_csv(args.csv, index=False)
         print(f"wrote the report of {args.model} to {args.out}: {headline(report)}")
     else:
         print(report_text(report))
@@ -233,7 +233,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--db", required=True, help="a store made by `ingest`")
     parser.add_argument("--model", required=True, help="the model to predict as new")
     parser.add_argument("--out", help="write the report as HTML here (else print a summary)")
-    parser.add_argument("--csv", help="with --out: also write the per-task rows as CSV")
+    parser.add_argument("--csv", help="also write the per-task rows as CSV here")
     parser.add_argument("--holdout", choices=["model", "family"], default="family")
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(run=cmd_report)

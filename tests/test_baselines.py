@@ -209,3 +209,26 @@ def test_mean_baseline_is_the_allowed_references_task_mean():
     other = context.models[-1]
     expected = np.nanmean(refs[allowed[-1] & (context.models != target), 0])
     assert moved[(other, context.tasks[0])] == pytest.approx(expected, abs=1e-12)
+
+
+def test_lrmc_on_missing_cells_only_fits_them_and_agrees_with_the_full_run(item_cache):
+    """The stacked ensemble's LRMC member (cells without responses) fits one matrix per model
+    with such cells; it predicts those cells as the full cross-fitted LRMC does, up to the
+    random starts of a non-convex fit, and nothing else."""
+    from pkps_core.methods.lrmc import lrmc_missing_predictions
+
+    context = build_context(item_cache.records, holdout="family")
+    missing = context.n_responses == 0
+    assert missing.any() and (~missing).any()
+    only, _ = lrmc_missing_predictions(context)
+    full, _ = lrmc_predictions(context)
+    assert np.isnan(only[~missing]).all()
+    both = missing & np.isfinite(full)
+    assert both.sum() >= 10 and np.isfinite(only[both]).all()
+    truth = item_cache.truth.set_index(["model", "task"])["true_score"]
+    true = np.array([[truth.get((m, t), np.nan) for t in context.tasks] for m in context.models])
+    judged = both & np.isfinite(true)
+    mae_only = np.abs(only[judged] - true[judged]).mean()
+    mae_full = np.abs(full[judged] - true[judged]).mean()
+    assert mae_only <= mae_full + 0.01, (mae_only, mae_full)
+    assert np.abs(only[both] - full[both]).mean() < 0.05

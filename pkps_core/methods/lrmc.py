@@ -327,3 +327,29 @@ def lrmc_predictions(
         return prediction, notes
 
     return context.cached(("lrmc", n_init), compute)
+
+
+def lrmc_missing_predictions(
+    context: PredictionContext, n_init: int = LRMC_INITS
+) -> tuple[np.ndarray, np.ndarray]:
+    """LRMC on the cells without responses only (NaN elsewhere): one fit per model that
+    has such a cell, on the matrix :func:`lrmc_predictions` fits for its unscored cells.
+    The stacked ensemble uses LRMC only there, so it skips the cross-fits of observed
+    cells (most of LRMC's cost when every reference has shadows)."""
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        prediction, notes = context.empty_grid()
+        missing = context.n_responses == 0
+        rows = np.flatnonzero(missing.any(axis=1))
+        if len(rows):
+            allowed = context.allowed()
+            problems = np.stack([context.training_matrix(i, allowed) for i in rows])
+            completed = lrmc_complete_batch(problems, n_init=n_init, random_state=context.seed)
+            for p, i in enumerate(rows):
+                prediction[i, missing[i]] = completed[p, i, missing[i]]
+        no_reference = ~np.isfinite(context.training_references).any(axis=0)
+        prediction[:, no_reference] = np.nan
+        notes[:, no_reference] = "lrmc: no reference model for this task"
+        return prediction, notes
+
+    return context.cached(("lrmc-missing", n_init), compute)

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.methods.context import PredictionContext
-from pkps_core.methods.lrmc import lrmc_predictions
+from pkps_core.methods.lrmc import lrmc_missing_predictions, lrmc_predictions
 from pkps_core.methods.sampling import (
     aipw_predictions,
     mean_predictions,
@@ -96,12 +96,11 @@ def member_predictions(context: PredictionContext) -> dict[str, np.ndarray]:
         np.zeros(len(context.models), dtype=bool) if context.targets is None else context.targets
     )
     for name, compute in STACK_MEMBERS.items():
-        if name == "lrmc" and not (missing & targets[:, None]).any():
-            continue
-        prediction = context.cached(("method", name), lambda c=compute: c(context))[0]
         if name == "lrmc":
-            prediction = np.where(missing, prediction, np.nan)
-        out[name] = prediction
+            if (missing & targets[:, None]).any():
+                out[name] = lrmc_missing_predictions(context)[0]
+            continue
+        out[name] = context.cached(("method", name), lambda c=compute: c(context))[0]
     return out
 
 
