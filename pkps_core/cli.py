@@ -70,9 +70,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def _store(path: str, *, read_only: bool):
     """The store at ``path``; a wait for another process is announced on stderr."""
     from pkps_core.store import Store
+    from pkps_core.store.opening import announce_on_stderr
 
-    announce = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    return Store(path, read_only=read_only, create=not read_only, on_wait=announce)
+    return Store(path, read_only=read_only, create=not read_only, on_wait=announce_on_stderr)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:

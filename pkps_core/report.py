@@ -203,14 +203,13 @@ def report_text(report: NewModelReport) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import sys
     from pathlib import Path
 
     from pkps_core.store import Store
+    from pkps_core.store.opening import announce_on_stderr
     from pkps_core.views.new_model import new_model_report
 
-    announce = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    with Store(args.db, read_only=True, on_wait=announce) as store:
+    with Store(args.db, read_only=True, on_wait=announce_on_stderr) as store:
         records = store.records()
     report = new_model_report(
         records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,11 @@ STORE_TABLES = frozenset({"meta", "responses"})
 class StoreError(RecordsError):
     """A store file cannot be opened: wrong kind of file, missing, or held by another
     process for longer than the wait."""
+
+
+def announce_on_stderr(message: str) -> None:
+    """The commands' ``on_wait``: the one "waiting for …" line, on stderr."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def default_wait() -> float:
