@@ -213,3 +213,38 @@ def test_test_modules_have_unique_names():
     tests = Path(__file__).resolve().parent
     names = [p.name for p in tests.rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def _layout_block() -> list[str]:
+    readme = (PACKAGE_DIR.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Layout", 1)[1]
+    return section.split("```", 2)[1].splitlines()
+
+
+def test_readme_layout_lists_every_module_once():
+    """The README's Layout tree has one line per module of the library, the pages and the
+    benchmarks, under its folder: a module added or moved without it fails here."""
+    root = PACKAGE_DIR.parent
+    listed: set[str] = set()
+    folders: list[tuple[int, str]] = []  # (indent, folder) of the enclosing folder lines
+    for line in _layout_block():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        name = line.split()[0]
+        folders = [(i, f) for i, f in folders if i < indent]
+        path = "".join(f for _, f in folders) + name
+        if name.endswith("/"):
+            folders.append((indent, name))
+        elif name.endswith(".py"):
+            assert path not in listed, f"{path} is listed twice"
+            listed.add(path)
+    expected = {
+        str(p.relative_to(root))
+        for folder in ("pkps_core", "app_pages", "bench")
+        for p in (root / folder).rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert sorted(expected - listed) == []  # modules the Layout does not show
+    others = {"app.py", "app_shared.py", "conftest.py", "pkps_core/__init__.py"}
+    assert sorted(listed - expected - others) == []  # lines naming no module
