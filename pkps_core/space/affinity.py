@@ -36,7 +36,11 @@ exact, else the bound or the measurement, ``SumsReport.error_kind``).
 Each engine runs its work on a :class:`~pkps_core.space.runtime.WorkerPool` of its own with
 BLAS on one thread meanwhile, so independent fits never wait for each other.
 
-Response kernels other than linear/cosine always take the exact pairwise path.
+The RBF response kernel takes the exact pairwise path on small caches; from
+:data:`~pkps_core.space.response_nystrom.RESPONSE_NYSTROM_MIN` responses on, Nyström
+features of the responses put it on the factorised path above, with its own bound or
+measurement (:mod:`pkps_core.space.response_nystrom`); the report's path then reads e.g.
+``exact+response-nystrom(r=512)`` and its error is the sum of both approximations'.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from pkps_core.space import kernels
+from pkps_core.space import kernels, response_nystrom
 from pkps_core.space.runtime import WorkerPool, single_threaded_blas
 from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, FactorizedSums, kernel_sums
 
@@ -157,6 +161,7 @@ class AffinityEngine:
         self._kernel_buffer = None
         self._factorized = None
         self._self = None
+        self._response_engines: dict = {}  # rank → (engine on Nyström features, residual); "rank"
         self.pool = WorkerPool()
         self.reports: list[SumsReport] = []
 
@@ -372,7 +377,14 @@ class AffinityEngine:
         n = self.layout.n_models
         sample = np.sort(rng.choice(n, size=min(VERIFY_MODELS, n), replace=False))
         exact = sample_exact_sums(
-            self.layout, self.features, self.query_vectors, bandwidth, sample, pool=self.pool
+            self.layout,
+            self.features,
+            self.query_vectors,
+            bandwidth,
+            sample,
+            pool=self.pool,
+            response_kernel=self.response_kernel,
+            response_bandwidth=self.response_bandwidth,
         )
         approx = kernels.KernelSums(
             sums.numerator[np.ix_(sample, sample)],
@@ -401,6 +413,16 @@ class AffinityEngine:
             return self._sums(float(bandwidth), self_pairs)
 
     def _sums(self, bandwidth: float, self_pairs: str) -> kernels.KernelSums:
+        if (
+            self.response_kernel == "rbf"
+            and self.method != "exact"
+            and self.layout.n_responses >= response_nystrom.RESPONSE_NYSTROM_MIN
+        ):
+            found = response_nystrom.nystrom_sums(self, bandwidth, self_pairs)
+            if found is not None:
+                result, path, error, kind = found
+                self.reports.append(SumsReport(bandwidth, path, error, None, kind))
+                return result
         if bandwidth <= 0 or self.response_kernel != "linear" or self.method == "exact":
             self.reports.append(SumsReport(bandwidth, "exact", 0.0))
             return self._exact(bandwidth)
@@ -439,12 +461,21 @@ class AffinityEngine:
 
 
 def sample_exact_sums(
-    layout, features, query_vectors, bandwidth, models, *, pool: WorkerPool | None = None
+    layout,
+    features,
+    query_vectors,
+    bandwidth,
+    models,
+    *,
+    pool: WorkerPool | None = None,
+    response_kernel: str = "linear",
+    response_bandwidth: float = 1.0,
 ) -> kernels.KernelSums:
-    """Exact kernel sums (linear response kernel) restricted to ``models``.
+    """Exact kernel sums restricted to ``models``.
 
     The responses of those models alone, with the query kernel over only the queries they
-    answered, through the exact factorised path.
+    answered (the delta kernel at bandwidth 0), through the exact path of the response
+    kernel.
     """
     models = np.asarray(models)
     bounds = layout.model_bounds
@@ -455,7 +486,13 @@ def sample_exact_sums(
         sub_models, sub_queries.ravel(), len(models), len(queries)
     )
     sub_features = np.ascontiguousarray(features[rows])
-    query_kernel = kernels.query_kernel_matrix(
-        kernels.squared_distances(query_vectors[queries], pool=pool), bandwidth, pool=pool
+    query_kernel = (
+        None
+        if bandwidth <= 0 or query_vectors is None
+        else kernels.query_kernel_matrix(
+            kernels.squared_distances(query_vectors[queries], pool=pool), bandwidth, pool=pool
+        )
     )
-    return kernel_sums(sub_layout, sub_features, query_kernel, "linear", pool=pool)
+    return kernel_sums(
+        sub_layout, sub_features, query_kernel, response_kernel, response_bandwidth, pool=pool
+    )
