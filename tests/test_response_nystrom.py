@@ -82,8 +82,10 @@ def test_fit_reports_the_response_path_and_stays_within_its_error(prepared, monk
     monkeypatch.setattr(rn, "RESPONSE_RANKS", (64, 128, 256))
     monkeypatch.setattr(rn, "worth_trying", lambda layout, p, rank: True)
     settings = dict(response_kernel="rbf", n_components=3, affinity_tol=1e-2)
-    fast = PerspectiveSpace(**settings).fit(prepared)
+    fast = PerspectiveSpace(**settings, affinity_method="nystrom").fit(prepared)
     exact = PerspectiveSpace(**settings, affinity_method="exact").fit(prepared)
+    default = PerspectiveSpace(**settings).fit(prepared)  # "auto": exact (opt-in only)
+    assert {r.path for r in default.affinity_reports_} == {"exact"}
     assert all(r.path == "exact" for r in exact.affinity_reports_)
     taken = [r for r in fast.affinity_reports_ if "response-nystrom" in r.path]
     assert taken  # the approximation served at least one bandwidth

@@ -165,3 +165,29 @@ def test_target_runs_widen_the_bandwidth_grid_and_the_shadows_choose_in_it(dense
         out = out[out["model"].isin(targets)].set_index(["model", "task"])
         errors[name] = (out["prediction"] - truth.reindex(out.index)).abs().mean()
     assert errors["wide"] <= errors["narrow"] + 0.005, errors
+
+
+def test_precision_weighting_follows_each_cells_sampling_error(dense):
+    """The closed form: w = e²/(e² + s²/n) on the sample score, e² PKPS's error on the
+    shadows at the targets' budget — so a target cell's blend lies between its sample score
+    and PKPS and leans to the sample score as its budget grows."""
+    records, targets = dense
+    leaning = []
+    for budget in (1, 16):
+        masked = thin_targets(records, targets, budget, seed=3)
+        context = build_context(masked, holdout="model", targets=targets, shadow_repeats=2)
+        out = predict(context, ["sample", "pkps", "precision"])
+        rows = out[out["model"].isin(targets)].pivot_table(
+            index=["model", "task"], columns="method", values="prediction"
+        )
+        low = np.minimum(rows["sample"], rows["pkps"]) - 1e-12
+        high = np.maximum(rows["sample"], rows["pkps"]) + 1e-12
+        assert ((rows["precision"] >= low) & (rows["precision"] <= high)).all()
+        spread = (rows["sample"] - rows["pkps"]).abs()
+        share = ((rows["precision"] - rows["pkps"]).abs() / spread)[spread > 1e-6]
+        leaning.append(float(share.mean()))
+        # the weight is the closed form of the run's own variances
+        se2 = context.sampling_error() ** 2
+        assert np.isfinite(se2[np.isin(context.models, targets)]).all()
+    assert leaning[0] < leaning[1]  # more responses: more weight on the sample score
+    assert 0 < leaning[0] < 1

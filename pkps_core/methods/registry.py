@@ -24,6 +24,7 @@ from pkps_core.methods.sampling import (
     sample_predictions,
 )
 from pkps_core.methods.space_methods import space_predictions
+from pkps_core.methods.stacking import precision_predictions
 
 
 @dataclass(frozen=True)
@@ -79,5 +80,11 @@ METHODS: dict[str, Method] = {
             summary="KNN in the product kernel perspective space",
         ),
         Method("ensemble", ensemble_predictions, True, summary="PKPS blended with sample / LRMC"),
+        Method(
+            "precision",
+            precision_predictions,
+            True,
+            summary="sample and PKPS weighted by their precisions at the targets' budget",
+        ),
     )
 }

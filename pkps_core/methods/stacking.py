@@ -216,3 +216,46 @@ def stacked_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndar
             )
     notes[np.isnan(prediction) & (notes == "")] = "ensemble: no member applies"
     return prediction, notes
+
+
+def precision_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
+    """The closed-form alternative to the stacked ensemble: each scored cell's sample score
+    and PKPS weighted by their precisions.
+
+    ``w = e_t² / (e_t² + s_t² / n)`` on the sample score and ``1 − w`` on PKPS, where
+    ``s_t / √n`` is the cell's sampling error (the task's item SD over its n responses) and
+    ``e_t²`` PKPS's mean squared error on task t's shadow cells — references re-observed at
+    the targets' budget, so both variances are the target's. A shadow's own cells use the
+    ``e_t²`` of the other family folds. Models whose own scores contradict PKPS
+    (:func:`conflicted_models`) keep their sample score; every other cell (no scores, or no
+    PKPS) is the stacked ensemble's. Needs a run with targets.
+    """
+    stacked, notes = stacked_predictions(context)
+    if not context.has_shadows:
+        prediction, notes = context.empty_grid()
+        notes[:] = "precision: needs targets (the shadows validate PKPS at their budget)"
+        return prediction, notes
+    members = member_predictions(context)
+    pkps, sample = members.get("pkps"), members["sample"]
+    if pkps is None:
+        return stacked, notes
+    truth = context.calibration_truth
+    judged = context.shadows[:, None] & np.isfinite(pkps) & np.isfinite(truth)
+    squared = np.where(judged, (pkps - truth) ** 2, 0.0)
+    folds = _shadow_folds(context)
+    e2 = np.full(pkps.shape, np.nan)
+    for fold in [-1, *range(STACK_FOLDS)]:
+        apply = folds == fold
+        use = judged & (folds != fold)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_task = squared.sum(axis=0, where=use) / use.sum(axis=0)
+        per_task = np.where(np.isfinite(per_task), per_task, np.nanmean(per_task))
+        e2 = np.where(apply, per_task[None, :], e2)
+    se2 = context.sampling_error() ** 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        weight = np.where(se2 > 0, e2 / (e2 + se2), 1.0)
+    conflicted = conflicted_models(context, members)[:, None]
+    weight = np.where(conflicted, 1.0, weight)
+    both = np.isfinite(sample) & np.isfinite(pkps) & np.isfinite(weight)
+    prediction = np.where(both, weight * sample + (1 - weight) * pkps, stacked)
+    return prediction, np.where(both, "", notes)

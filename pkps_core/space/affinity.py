@@ -36,9 +36,9 @@ exact, else the bound or the measurement, ``SumsReport.error_kind``).
 Each engine runs its work on a :class:`~pkps_core.space.runtime.WorkerPool` of its own with
 BLAS on one thread meanwhile, so independent fits never wait for each other.
 
-The RBF response kernel takes the exact pairwise path on small caches; from
-:data:`~pkps_core.space.response_nystrom.RESPONSE_NYSTROM_MIN` responses on, Nyström
-features of the responses put it on the factorised path above, with its own bound or
+The RBF response kernel takes the exact pairwise path unless ``method="nystrom"`` asks
+for more: then, from :data:`~pkps_core.space.response_nystrom.RESPONSE_NYSTROM_MIN`
+responses on, Nyström features of the responses put it on the factorised path above, with its own bound or
 measurement (:mod:`pkps_core.space.response_nystrom`); the report's path then reads e.g.
 ``exact+response-nystrom(r=512)`` and its error is the sum of both approximations'.
 """
@@ -415,7 +415,7 @@ class AffinityEngine:
     def _sums(self, bandwidth: float, self_pairs: str) -> kernels.KernelSums:
         if (
             self.response_kernel == "rbf"
-            and self.method != "exact"
+            and self.method == "nystrom"
             and self.layout.n_responses >= response_nystrom.RESPONSE_NYSTROM_MIN
         ):
             found = response_nystrom.nystrom_sums(self, bandwidth, self_pairs)

@@ -90,6 +90,7 @@ METHOD_COLOURS = {
     "dkps": "#0072B2",
     "pkps": "#D55E00",
     "ensemble": "#CC79A7",
+    "precision": "#6A3D9A",
 }
 
 
