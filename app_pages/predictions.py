@@ -204,7 +204,10 @@ with task_tab:
         bars = go.Figure(
             [
                 go.Bar(
-                    name=html.escape(str(method)), x=group["task"].map(html.escape), y=group["MAE"]
+                    name=html.escape(str(method)),
+                    x=group["task"].map(html.escape),
+                    y=group["MAE"],
+                    hovertemplate="task %{x}<br>MAE %{y:.3f}<extra>%{fullData.name}</extra>",
                 )
                 for method, group in long.groupby("method", sort=False)
             ]
