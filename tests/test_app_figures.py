@@ -115,4 +115,3 @@ def test_new_model_page_figures_which_the_report_also_draws(app):
     figures = _figures(at)
     assert {"new_model_tasks", "new_model_scatter"} <= set(figures)
     _assert_readable(figures)
-
