@@ -77,8 +77,10 @@ def run_seed(path: str, version: int, protocol: str, settings: str, seed: int) -
 
 def lever_inputs(protocol: str) -> dict[str, list]:
     chosen = {}
-    columns = st.columns(len(protocols.LEVERS[protocol]))
-    for column, lever in zip(columns, protocols.LEVERS[protocol], strict=True):
+    # two levers a row: four in one row left each list too narrow for its chips
+    levers = protocols.LEVERS[protocol]
+    columns = [column for _ in range(0, len(levers), 2) for column in st.columns(2)]
+    for column, lever in zip(columns, levers, strict=False):
         label, help_text = views.LEVER_LABELS[lever]
         chosen[lever] = column.multiselect(
             label,

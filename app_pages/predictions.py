@@ -50,7 +50,10 @@ settings = st.session_state.setdefault("prediction_settings", defaults)
 # (an unkeyed widget whose default changes is a new widget, and the next submit's
 # edits to the old one were lost).
 with st.form("prediction_form"):
-    top = st.columns([3, 3, 1, 1, 1])
+    # Methods and targets get half a row each: in narrower columns the chips ran past the
+    # edge ("pkps" cut off) and the response kernel read "linea" (issue 19)
+    top = st.columns(2)
+    knobs = st.columns([1, 1, 1, 3])
     methods = top[0].multiselect(
         "Methods", available, default=settings["methods"], key="pred_methods"
     )
@@ -60,26 +63,26 @@ with st.form("prediction_form"):
         default=[t for t in settings["targets"] if t in models],
         key="pred_targets",
     )
-    holdout = top[2].radio(
+    holdout = knobs[0].radio(
         "Holdout",
         ["family", "model"],
         index=["family", "model"].index(settings["holdout"]),
         help="family: no model of the cell's family is a reference (the papers' protocol)",
         key="pred_holdout",
     )
-    bandwidth = top[3].radio(
+    bandwidth = knobs[1].radio(
         "Bandwidth",
         ["cv", "median"],
         index=["cv", "median"].index(settings["bandwidth"]),
         key="pred_bandwidth",
     )
-    response_kernel = top[4].selectbox(
+    response_kernel = knobs[2].selectbox(
         "Response kernel",
         RESPONSE_KERNELS,
         index=list(RESPONSE_KERNELS).index(settings["response_kernel"]),
         key="pred_response_kernel",
     )
-    intervals = st.checkbox(
+    intervals = knobs[3].checkbox(
         f"{INTERVAL_LEVEL:.0%} intervals and extrapolation warnings",
         value=settings.get("intervals", True),
         help="Conformal intervals calibrated on held-out families' residuals (with targets: "
