@@ -293,7 +293,8 @@ with export_tab:
     )
     # Every file is built now and handed over as bytes under a fixed key: a download
     # generated on click ("deferred") could be gone from the media store by the time the
-    # browser asked for it (MediaFileStorageError after a fresh Predict).
+    # browser asked for it (MediaFileStorageError after a fresh Predict). A click does not
+    # rerun the page (on_click="ignore"): a second click during that rerun was lost.
     coordinates = shared.prediction_coordinates(*key)
     buttons = st.columns(3)
     buttons[0].download_button(
@@ -302,6 +303,7 @@ with export_tab:
         file_name="predictions.csv",
         mime="text/csv",
         key="pred_download_csv",
+        on_click="ignore",
     )
     buttons[1].download_button(
         "Predictions (Parquet)",
@@ -309,6 +311,7 @@ with export_tab:
         file_name="predictions.parquet",
         mime="application/vnd.apache.parquet",
         key="pred_download_parquet",
+        on_click="ignore",
     )
     buttons[2].download_button(
         "Model coordinates (CSV)",
@@ -316,4 +319,5 @@ with export_tab:
         file_name="coordinates.csv",
         mime="text/csv",
         key="pred_download_coordinates",
+        on_click="ignore",
     )
