@@ -132,7 +132,13 @@ with st.expander(f"Models ({len(model_table)})"):
     shared.table(model_table, hide_index=True, width="stretch")
 family_rows = families.family_table(shared.active_store())
 st.caption("Families: " + families.derivation_note(family_rows))
-with st.expander(f"Families ({family_rows['family'].nunique()}): see and edit"):
+# Said outside the table's expander and for as long as the store is at the saved version:
+# the rerun after a save redraws the editor, and a message inside it was gone at once.
+saved = st.session_state.get("families_saved")
+if saved and saved[:2] == (path, version):
+    st.success(f"Saved: {saved[2]} model(s) changed family.")
+# a fixed label: one with the family count became a new, closed expander after a save
+with st.expander("Families: see and edit", expanded=bool(saved and saved[:2] == (path, version))):
     st.caption(
         "Family holdout keeps a model's relatives out of its references, so families "
         "matter. Edit the family column and save; edits are stored with the store (table "
@@ -162,11 +168,10 @@ with st.expander(f"Families ({family_rows['family'].nunique()}): see and edit"):
         except RecordsError as exc:
             shared.alert("error", "The families were not saved.", str(exc))
         else:
-            st.session_state["families_saved"] = n_changed
+            saved_at = shared.active_store().version
+            st.session_state["families_saved"] = (path, saved_at, n_changed)
             st.session_state.pop("family_editor", None)
             st.rerun()
-    if "families_saved" in st.session_state:
-        st.success(f"Saved: {st.session_state.pop('families_saved')} model(s) changed family.")
 with st.expander("Ingest log"):
     shared.table(shared.active_store().ingest_log(), hide_index=True, width="stretch")
 

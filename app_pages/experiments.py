@@ -77,8 +77,10 @@ def run_seed(path: str, version: int, protocol: str, settings: str, seed: int) -
 
 def lever_inputs(protocol: str) -> dict[str, list]:
     chosen = {}
-    columns = st.columns(len(protocols.LEVERS[protocol]))
-    for column, lever in zip(columns, protocols.LEVERS[protocol], strict=True):
+    # two levers a row: four in one row left each list too narrow for its chips
+    levers = protocols.LEVERS[protocol]
+    columns = [column for _ in range(0, len(levers), 2) for column in st.columns(2)]
+    for column, lever in zip(columns, levers, strict=False):
         label, help_text = views.LEVER_LABELS[lever]
         chosen[lever] = column.multiselect(
             label,
@@ -95,8 +97,8 @@ def mae_chart(result: protocols.ProtocolResult) -> None:
     (a one-point line says nothing)."""
     swept = [lever for lever in result.levers if result.summary[lever].nunique() > 1]
     summary = result.summary.dropna(subset=["mae"])
-    labels = {"mae": "MAE (mean ± SEM over seeds)", "method": "method"}
-    labels |= {lever: views.lever_label(lever) for lever in result.levers}
+    labels = {"mae": "MAE (score units; mean ± SEM over seeds)", "method": "method"}
+    labels |= {lever: views.lever_axis_title(lever) for lever in result.levers}
     if not swept:
         fixed = ", ".join(
             f"{views.lever_label(lever)} {summary[lever].iloc[0]}" for lever in result.levers
@@ -112,6 +114,7 @@ def mae_chart(result: protocols.ProtocolResult) -> None:
             title=f"At {fixed}" if len(summary) else None,
         )
         figure.update_layout(showlegend=False)
+        figure.update_traces(hovertemplate="%{x}<br>MAE %{y:.3f}<extra></extra>")
         st.plotly_chart(figure, width="stretch", key="mae-chart")
         return
     x = (
@@ -140,6 +143,10 @@ def mae_chart(result: protocols.ProtocolResult) -> None:
         markers=True,
         labels=labels,
     )
+    figure.update_traces(
+        hovertemplate=f"{views.lever_axis_title(x)} %{{x{views.hover_format(summary[x])}}}<br>"
+        "%{fullData.name}: MAE %{y:.3f}<extra></extra>"
+    )
     st.plotly_chart(figure, width="stretch", key="mae-chart")
 
 
@@ -167,7 +174,15 @@ def improvement_chart(result: protocols.ProtocolResult) -> None:
         y="gain",
         color="method",
         color_discrete_map=views.METHOD_COLOURS,
-        labels={x: views.lever_label(x), "gain": f"abs. error of {comparator} − method's"},
+        labels={
+            x: views.lever_axis_title(x),
+            "gain": f"abs. error of {comparator} − method's (score units)",
+        },
+    )
+    x_format = views.hover_format(gains[x]) if x != "method" else ""
+    figure.update_traces(
+        hovertemplate=f"{views.lever_axis_title(x)} %{{x{x_format}}}<br>"
+        f"%{{fullData.name}}: gain over {comparator} %{{y:.3f}}<extra></extra>"
     )
     figure.add_hline(y=0, line_dash="dot")
     st.plotly_chart(figure, width="stretch", key="gain-chart")
@@ -179,17 +194,26 @@ def similarity_chart(result: protocols.ProtocolResult) -> None:
     if not len(points):
         st.caption("Similarity is defined on binary tasks only; this cache has none.")
         return
+    # names are data: escaped for Plotly, carried in customdata rather than px's hover_data
+    points = points.assign(
+        model_text=points["model"].map(views.plotly_text),
+        task_text=points["task"].map(views.plotly_text),
+    )
     figure = px.scatter(
         points,
         x="similarity",
         y="normalised_gap",
         color="method",
         color_discrete_map=views.METHOD_COLOURS,
-        hover_data=["model", "task", "seed"],
+        custom_data=["model_text", "task_text", "seed"],
         labels={
-            "similarity": "similarity to the source models",
+            "similarity": "similarity to the source models (0–1)",
             "normalised_gap": "normalised gap (error ÷ spread of scores)",
         },
+    )
+    figure.update_traces(
+        hovertemplate="%{customdata[0]} · task %{customdata[1]} · seed %{customdata[2]}<br>"
+        "similarity %{x:.3f}, normalised gap %{y:.3f}<extra>%{fullData.name}</extra>"
     )
     st.plotly_chart(figure, width="stretch", key="similarity-chart")
     shared.table(result.correlations, hide_index=True)

@@ -205,7 +205,32 @@ with export:
         file_name="new_model_report.html",
         mime="text/html",
         key="new_model_html",
+        help="One self-contained file (plotly.js inside): it opens without internet.",
     )
+    # PNGs take a few seconds (a headless Chromium draws them), so only on request; kept
+    # for this report so the downloads survive reruns
+    png_for = (path, version, result.model, holdout, source)
+    if st.button("Make PNGs of the figures", key="new_model_make_png"):
+        try:
+            with st.spinner("Drawing the figures in a headless Chromium…"):
+                st.session_state["new_model_pngs"] = (png_for, reports.report_pngs(result))
+        except reports.PngUnavailable as exc:
+            st.session_state["new_model_pngs"] = (png_for, str(exc))
+    made_for, pngs = st.session_state.get("new_model_pngs", (None, None))
+    if made_for == png_for and isinstance(pngs, str):
+        st.caption(f"No PNG: {pngs}.")
+    elif made_for == png_for:
+        images = st.columns(2)
+        for column, (name, label) in zip(
+            images, (("tasks", "Per-task figure (PNG)"), ("map", "PKPS map (PNG)")), strict=True
+        ):
+            column.download_button(
+                label,
+                pngs[name],
+                file_name=f"new_model_{name}.png",
+                mime="image/png",
+                key=f"new_model_png_{name}",
+            )
     if source != "From the store":
         st.caption(
             "The upload is not in the store. Adding it makes it a reference for "

@@ -50,7 +50,10 @@ settings = st.session_state.setdefault("prediction_settings", defaults)
 # (an unkeyed widget whose default changes is a new widget, and the next submit's
 # edits to the old one were lost).
 with st.form("prediction_form"):
-    top = st.columns([3, 3, 1, 1, 1])
+    # Methods and targets get half a row each: in narrower columns the chips ran past the
+    # edge ("pkps" cut off) and the response kernel read "linea" (issue 19)
+    top = st.columns(2)
+    knobs = st.columns([1, 1, 1, 3])
     methods = top[0].multiselect(
         "Methods", available, default=settings["methods"], key="pred_methods"
     )
@@ -60,26 +63,26 @@ with st.form("prediction_form"):
         default=[t for t in settings["targets"] if t in models],
         key="pred_targets",
     )
-    holdout = top[2].radio(
+    holdout = knobs[0].radio(
         "Holdout",
         ["family", "model"],
         index=["family", "model"].index(settings["holdout"]),
         help="family: no model of the cell's family is a reference (the papers' protocol)",
         key="pred_holdout",
     )
-    bandwidth = top[3].radio(
+    bandwidth = knobs[1].radio(
         "Bandwidth",
         ["cv", "median"],
         index=["cv", "median"].index(settings["bandwidth"]),
         key="pred_bandwidth",
     )
-    response_kernel = top[4].selectbox(
+    response_kernel = knobs[2].selectbox(
         "Response kernel",
         RESPONSE_KERNELS,
         index=list(RESPONSE_KERNELS).index(settings["response_kernel"]),
         key="pred_response_kernel",
     )
-    intervals = st.checkbox(
+    intervals = knobs[3].checkbox(
         f"{INTERVAL_LEVEL:.0%} intervals and extrapolation warnings",
         value=settings.get("intervals", True),
         help="Conformal intervals calibrated on held-out families' residuals (with targets: "
@@ -204,7 +207,10 @@ with task_tab:
         bars = go.Figure(
             [
                 go.Bar(
-                    name=html.escape(str(method)), x=group["task"].map(html.escape), y=group["MAE"]
+                    name=html.escape(str(method)),
+                    x=group["task"].map(html.escape),
+                    y=group["MAE"],
+                    hovertemplate="task %{x}<br>MAE %{y:.3f}<extra>%{fullData.name}</extra>",
                 )
                 for method, group in long.groupby("method", sort=False)
             ]
@@ -287,7 +293,8 @@ with export_tab:
     )
     # Every file is built now and handed over as bytes under a fixed key: a download
     # generated on click ("deferred") could be gone from the media store by the time the
-    # browser asked for it (MediaFileStorageError after a fresh Predict).
+    # browser asked for it (MediaFileStorageError after a fresh Predict). A click does not
+    # rerun the page (on_click="ignore"): a second click during that rerun was lost.
     coordinates = shared.prediction_coordinates(*key)
     buttons = st.columns(3)
     buttons[0].download_button(
@@ -296,6 +303,7 @@ with export_tab:
         file_name="predictions.csv",
         mime="text/csv",
         key="pred_download_csv",
+        on_click="ignore",
     )
     buttons[1].download_button(
         "Predictions (Parquet)",
@@ -303,6 +311,7 @@ with export_tab:
         file_name="predictions.parquet",
         mime="application/vnd.apache.parquet",
         key="pred_download_parquet",
+        on_click="ignore",
     )
     buttons[2].download_button(
         "Model coordinates (CSV)",
@@ -310,4 +319,5 @@ with export_tab:
         file_name="coordinates.csv",
         mime="text/csv",
         key="pred_download_coordinates",
+        on_click="ignore",
     )

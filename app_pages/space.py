@@ -116,7 +116,7 @@ if query_kernel == "rbf" and cross_validate:
                 y=curve["cv_error"],
                 mode="lines+markers",
                 name="PKPS",
-                hovertemplate="%{x:g} × median: error %{y:.3f}<extra></extra>",
+                hovertemplate="%{x:.3f} × median: error %{y:.3f}<extra></extra>",
             )
         )
         delta_error = views.delta_limit_error(right, cells)
@@ -147,7 +147,7 @@ if query_kernel == "rbf" and cross_validate:
             ticktext=[f"{m:g}" for m in curve["multiple_of_median"]],
             minor={"showgrid": False, "ticks": ""},
         )
-        figure.update_yaxes(title="leave-one-model-out KNN MAE")
+        figure.update_yaxes(title="leave-one-model-out KNN MAE (score units)")
         figure.update_layout(height=300, showlegend=False, margin={"t": 20})
         st.plotly_chart(figure, width="stretch", key="cv_curve")
         shared.table(
@@ -270,12 +270,14 @@ def scatter(frame: pd.DataFrame, axis_label: str) -> go.Figure:
         legend={"orientation": "h", "y": -0.15},
         dragmode="lasso",
     )
-    figure.update_xaxes(title=f"{axis_label} axis 1")
-    figure.update_yaxes(title=f"{axis_label} axis 2")
+    figure.update_xaxes(title=f"{axis_label} axis 1 ({axis_unit})")
+    figure.update_yaxes(title=f"{axis_label} axis 2 ({axis_unit})")
     return figure
 
 
 axis_label = "UMAP" if xy_left is not None else "MDS"
+# MDS keeps the perspective space's distances; UMAP keeps neighbourhoods, not distances
+axis_unit = "arbitrary units" if xy_left is not None else "perspective-space distance"
 left_title = "PKPS" if query_kernel == "rbf" else "Delta query kernel (same as DKPS)"
 panels = st.columns(2)
 with panels[0]:

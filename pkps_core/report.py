@@ -2,7 +2,9 @@
 
 ``python -m pkps_core report --db STORE --model NAME [--out report.html]`` predicts one
 model of a store as new (:func:`pkps_core.views.new_model.new_model_report`) and writes
-the tables and figures as one HTML file, or prints a text summary. Model and task names
+the tables and figures as one self-contained HTML file (plotly.js inside: it opens
+offline), or the figures as PNG (``--out report.png``; needs the optional ``kaleido`` and a
+Chrome or Chromium, :func:`figures_png`), or prints a text summary. Model and task names
 are data: they are escaped wherever they reach Plotly (which renders ``<b>``, ``<a>``,
 ``<br>``) or HTML.
 """
@@ -12,6 +14,9 @@ from __future__ import annotations
 import argparse
 import html
 import math
+import os
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -23,6 +28,79 @@ if TYPE_CHECKING:  # the report's computation is imported only when a command ru
 
 HIGHLIGHT = "#d62728"
 REFERENCE_COLOUR = "#8c8c8c"
+# Debian's Chromium, which choreographer (kaleido's browser driver) does not look for.
+DEBIAN_CHROMIUM = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+PNG_WIDTH = 1000
+
+
+class PngUnavailable(RuntimeError):
+    """A PNG cannot be made here (no kaleido, or no Chrome/Chromium); the message is one
+    line saying which and what to do."""
+
+
+def png_browser() -> str | None:
+    """The Chrome/Chromium that renders PNGs, or None: ``$BROWSER_PATH``, else what
+    choreographer finds (a ``kaleido_get_chrome`` download, Chrome or Chromium on the
+    usual paths), else ``$PKPS_CHROMIUM`` or Debian's ``chromium-headless-shell`` /
+    ``chromium``. Nothing is downloaded."""
+    if os.environ.get("BROWSER_PATH"):
+        return os.environ["BROWSER_PATH"]
+    try:
+        from choreographer.browsers.chromium import Chromium
+    except ImportError:
+        return None
+    found = Chromium.find_browser(skip_local=False)
+    candidates = (found, os.environ.get("PKPS_CHROMIUM", "").strip(), *DEBIAN_CHROMIUM)
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def figures_png(figures, *, width: int = PNG_WIDTH) -> list[bytes]:
+    """``figures`` as PNG bytes, drawn by kaleido in one local headless Chrome/Chromium
+    session with the plotly.js of the installed plotly package (offline: no CDN, no
+    MathJax).
+
+    Raises
+    ------
+    PngUnavailable
+        kaleido is not installed, or no browser is found, or the browser fails.
+    """
+    try:
+        import asyncio
+
+        from kaleido import Kaleido
+    except ImportError:
+        raise PngUnavailable(
+            "PNG export needs the optional package kaleido (pip install kaleido) and a "
+            "Chrome or Chromium; the HTML export has the same figures"
+        ) from None
+    browser = png_browser()
+    if browser is None:
+        raise PngUnavailable(
+            "PNG export needs a Chrome or Chromium and none was found (set BROWSER_PATH "
+            "to one); the HTML export has the same figures"
+        )
+
+    async def draw() -> list[bytes]:
+        async with Kaleido(n=1, path=browser, mathjax=False) as kaleido:
+            return [
+                await kaleido.calc_fig(
+                    figure,
+                    opts={"format": "png", "width": width, "height": figure.layout.height or 450},
+                )
+                for figure in figures
+            ]
+
+    try:
+        return asyncio.run(draw())
+    except Exception as exc:  # the browser's own failures (crash, sandbox, timeout)
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PngUnavailable(f"PNG export failed in {browser}: {first_line}") from exc
+
+
+def report_pngs(report: NewModelReport) -> dict[str, bytes]:
+    """The report's two figures as PNG, by name: ``tasks`` (per task) and ``map`` (PKPS)."""
+    tasks, pkps_map = figures_png([tasks_figure(report), scatter_figure(report)])
+    return {"tasks": tasks, "map": pkps_map}
 
 
 def _interval(report: NewModelReport) -> str:
@@ -150,7 +228,8 @@ def _table_html(frame: pd.DataFrame) -> str:
 
 
 def report_html(report: NewModelReport) -> str:
-    """The whole report as one self-contained HTML page (Plotly loaded from its CDN)."""
+    """The whole report as one self-contained HTML page: plotly.js is inside (about
+    4.6 MB), so the figures show without internet."""
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>New model report: {html.escape(report.model)}</title>",
@@ -164,7 +243,7 @@ def report_html(report: NewModelReport) -> str:
         else "<p>No extrapolation warning.</p>",
         "<h2>Per task</h2>",
         _table_html(report.rows()),
-        tasks_figure(report).to_html(full_html=False, include_plotlyjs="cdn"),
+        tasks_figure(report).to_html(full_html=False, include_plotlyjs=True),
         "<h2>Where it stands</h2>",
         scatter_figure(report).to_html(full_html=False, include_plotlyjs=False),
         "<h3>Nearest references in PKPS</h3>",
@@ -203,8 +282,6 @@ def report_text(report: NewModelReport) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from pkps_core.store import Store
     from pkps_core.store.opening import announce_on_stderr
     from pkps_core.views.new_model import new_model_report
@@ -216,7 +293,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     )
     if args.csv:
         report.rows().to_csv(args.csv, index=False)
-    if args.out:
+    if args.out and Path(args.out).suffix.lower() == ".png":
+        try:
+            pngs = report_pngs(report)
+        except PngUnavailable as exc:
+            print(f"no PNG written: {exc}", file=sys.stderr)
+            return 1
+        target = Path(args.out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        map_target = target.with_name(f"{target.stem}-map.png")
+        target.write_bytes(pngs["tasks"])
+        map_target.write_bytes(pngs["map"])
+        print(
+            f"wrote the figures of {args.model} to {target} (per task) and {map_target} "
+            f"(PKPS map): {headline(report)}"
+        )
+    elif args.out:
         target = Path(args.out)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(report_html(report), encoding="utf-8")
@@ -231,7 +323,12 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("report", help="a new model's report: predictions, rank, next")
     parser.add_argument("--db", required=True, help="a store made by `ingest`")
     parser.add_argument("--model", required=True, help="the model to predict as new")
-    parser.add_argument("--out", help="write the report as HTML here (else print a summary)")
+    parser.add_argument(
+        "--out",
+        help="write the report as HTML here, or with a .png name its two figures as PNG "
+        "(NAME.png per task, NAME-map.png the PKPS map; needs kaleido and a Chromium); "
+        "else print a summary",
+    )
     parser.add_argument("--csv", help="also write the per-task rows as CSV here")
     parser.add_argument("--holdout", choices=["model", "family"], default="family")
     parser.add_argument("--seed", type=int, default=0)

@@ -61,8 +61,8 @@ def test_scatters_name_their_axes_colour_and_format_hovers(demo_store):
     for key in ("pkps_scatter", "dkps_scatter"):
         figure = _figure(at, key)
         layout = figure["layout"]
-        assert layout["xaxis"]["title"]["text"] == "MDS axis 1"
-        assert layout["yaxis"]["title"]["text"] == "MDS axis 2"
+        assert layout["xaxis"]["title"]["text"] == "MDS axis 1 (perspective-space distance)"
+        assert layout["yaxis"]["title"]["text"] == "MDS axis 2 (perspective-space distance)"
         title = layout["coloraxis"]["colorbar"]["title"]["text"]
         assert task in title and ("sample score" in title or "reference score" in title)
         hover = figure["data"][0]["hovertemplate"]

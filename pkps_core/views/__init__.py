@@ -22,6 +22,8 @@ from pkps_core.views.experiments import (
     METHOD_COLOURS,
     all_point_tests,
     budget_check,
+    hover_format,
+    lever_axis_title,
     lever_label,
     new_model_tables,
 )
@@ -75,6 +77,8 @@ __all__ = [
     "family_coverage",
     "family_pairedness",
     "interval_table",
+    "hover_format",
+    "lever_axis_title",
     "lever_label",
     "mae_table",
     "merge_selection",

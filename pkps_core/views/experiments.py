@@ -94,8 +94,34 @@ METHOD_COLOURS = {
 }
 
 
+# A lever as a chart axis: its quantity and, in parentheses, its unit or scale.
+LEVER_AXIS_TITLES = {
+    "budget": "queries per cell m (responses)",
+    "rho": "shared queries ρ (share, 0–1)",
+    "cohort": "models in the cohort (count)",
+    "n_tasks": "tasks kept (count)",
+    "p_task": "share of cells observed (0–1)",
+    "p_query": "share of queries kept per observed cell (0–1)",
+    "core_set": "core-set queries per task (count)",
+    "mode": "target scores",
+}
+
+
 def lever_label(lever: str) -> str:
     return LEVER_LABELS.get(lever, (lever, ""))[0]
+
+
+def lever_axis_title(lever: str) -> str:
+    """The lever's axis title (quantity and unit), never its raw name."""
+    return LEVER_AXIS_TITLES.get(lever, lever_label(lever))
+
+
+def hover_format(values: pd.Series) -> str:
+    """The hover format of a column: none for text and whole numbers, else 3 decimals."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    if numbers.isna().any() or (numbers.dropna() == numbers.dropna().round()).all():
+        return ""
+    return ":.3f"
 
 
 def budget_check(cells: pd.DataFrame, budgets: Sequence[int]) -> tuple[list[int], list[str]]:

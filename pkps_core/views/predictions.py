@@ -216,7 +216,7 @@ def predicted_vs_reference_figure(
         rows=rows,
         cols=columns,
         subplot_titles=[html.escape(m) for m in methods],
-        horizontal_spacing=0.06,
+        horizontal_spacing=0.08,
         vertical_spacing=0.12,
     )
     values = pd.concat([scored["reference_score"], scored["prediction"]])
@@ -301,11 +301,10 @@ def predicted_vs_reference_figure(
             row=row,
             col=col,
         )
-    figure.update_xaxes(
-        range=span, title_text="reference score (mean per-response score)", constrain="domain"
-    )
+    # short titles: three facets share a row, and longer ones ran into their neighbours
+    figure.update_xaxes(range=span, title_text="reference (mean score)", constrain="domain")
     figure.update_yaxes(
-        range=span, title_text="predicted score (mean per-response score)", constrain="domain"
+        range=span, title_text="predicted (mean score)", title_standoff=4, constrain="domain"
     )
     for k in range(len(methods)):
         suffix = "" if k == 0 else str(k + 1)

@@ -12,6 +12,7 @@ installs ``chromium-headless-shell``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,8 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "screenshots"
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
-# Set PKPS_UPDATE_SCREENSHOTS=1 to also refresh the README's committed screenshots.
+# Set PKPS_UPDATE_SCREENSHOTS=1 to also refresh the README's committed screenshots (the
+# ones the README shows; the others stay in artifacts/).
 UPDATE_DOCS = os.environ.get("PKPS_UPDATE_SCREENSHOTS", "") == "1"
+README_SCREENSHOTS = set(
+    re.findall(r"docs/screenshots/([\w-]+)\.png", (ROOT / "README.md").read_text(encoding="utf-8"))
+)
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -185,14 +190,24 @@ def wait_for_app(page, timeout: float = SCRIPT_TIMEOUT_MS) -> None:
 
 def screenshot(page, name: str) -> Path:
     """Save the viewport as ``artifacts/screenshots/<name>.png`` (git-ignored); with
-    ``PKPS_UPDATE_SCREENSHOTS=1`` also as the README's ``docs/screenshots/<name>.png``."""
+    ``PKPS_UPDATE_SCREENSHOTS=1`` also as ``docs/screenshots/<name>.png`` when the README
+    shows that file."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     target = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(target))
-    if UPDATE_DOCS:
+    if UPDATE_DOCS and name in README_SCREENSHOTS:
         DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(target, DOCS_SCREENSHOTS / f"{name}.png")
     return target
+
+
+def scroll_to_top(page, locator) -> None:
+    """Scroll so ``locator`` is at the top of the viewport (what a README screenshot shows)."""
+    # the margin keeps it clear of Streamlit's header, which overlays the page's top
+    locator.first.evaluate(
+        "e => { e.style.scrollMarginTop = '80px'; e.scrollIntoView({block: 'start'}); }"
+    )
+    page.wait_for_timeout(300)
 
 
 # ---------------------------------------------------------------------- page helpers

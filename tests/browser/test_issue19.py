@@ -3,6 +3,8 @@ queries said on its panel, and a lasso selection ringed in both Perspective pane
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from app_utils import go_to, screenshot, wait_for_app, wait_for_scatters
 from playwright.sync_api import expect
@@ -58,4 +60,21 @@ def test_a_lasso_selection_is_ringed_in_both_panels(demo_server, new_session):
     expect(picker).to_contain_text("fam")
     expect(session.main.get_by_text("Nearest neighbours", exact=True)).to_be_visible()
     screenshot(page, "space-selection")
+    session.assert_clean()
+
+
+def test_five_quick_clicks_on_a_download_give_five_files(demo_server, new_session):
+    """Every download works every time: clicks in a row, without waiting for the page,
+    each give the file (a click used to rerun the page and the next click was lost)."""
+    session = new_session().open(demo_server)
+    page = session.page
+    go_to(session, "Predictions")
+    page.get_by_role("tab", name="Export").click()
+    button = page.get_by_test_id("stDownloadButton").filter(has_text="Model coordinates (CSV)")
+    sizes = []
+    for _ in range(5):
+        with page.expect_download(timeout=20_000) as download:
+            button.click()
+        sizes.append(Path(download.value.path()).stat().st_size)
+    assert len(sizes) == 5 and min(sizes) > 1000 and len(set(sizes)) == 1, sizes
     session.assert_clean()

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from app_utils import go_to, plotly_figures, screenshot, wait_for_app, wait_for_scatters
+from app_utils import (
+    go_to,
+    plotly_figures,
+    screenshot,
+    scroll_to_top,
+    wait_for_app,
+    wait_for_scatters,
+)
 from playwright.sync_api import expect
 
 from pkps_core.demo import DEMO_SETTINGS
@@ -36,6 +43,7 @@ def test_a_store_models_report_with_scatter_and_exports(demo_server, new_session
     )
     assert [t["points"] for t in scatter["traces"]] == [N_MODELS - 1, 1]  # the star
     session.assert_clean()
+    scroll_to_top(page, session.main.get_by_test_id("stMetric"))  # the numbers and the map
     screenshot(page, "new_model")
 
     page.get_by_role("tab", name="Export").click()

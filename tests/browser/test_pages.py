@@ -12,6 +12,7 @@ from app_utils import (
     nav_titles,
     plotly_figures,
     screenshot,
+    scroll_to_top,
     wait_for_app,
     wait_for_charts,
     wait_for_scatters,
@@ -53,6 +54,20 @@ def test_every_page_renders_without_errors(demo_server, new_session):
         go_to(session, title)
         wait_for_charts(session.page, 2)
         session.assert_clean()
+        # each README picture shows what its row describes
+        if name == "data":  # the store's overview, families and the coverage heatmap
+            scroll_to_top(session.page, session.main.get_by_text("Store overview", exact=True))
+        elif name == "space":  # both panels whole
+            scroll_to_top(session.page, session.main.get_by_text("Query bandwidth σ ="))
+        elif name == "predictions":
+            # the predicted-vs-reference plot (every cell by three methods), not the
+            # summary tables above it
+            heading = session.main.get_by_test_id("stHeading").filter(
+                has_text="Predicted vs reference"
+            )
+            scroll_to_top(session.page, heading)
+            chart = session.page.locator(".st-key-predicted_vs_true .js-plotly-plot")
+            assert chart.bounding_box()["y"] < 300, "the plot is not in the screenshot"
         screenshot(session.page, name)
 
 
@@ -126,6 +141,7 @@ def test_experiments_sweep_runs_with_a_progress_bar(demo_server, new_session):
     page.get_by_test_id("stPlotlyChart").first.wait_for(state="visible", timeout=60_000)
     assert page.get_by_test_id("stPlotlyChart").count() >= 1
     session.assert_clean()
+    scroll_to_top(page, session.main.get_by_test_id("stHeading").filter(has_text="MAE per method"))
     screenshot(page, "experiments")
     with page.expect_download() as download_info:
         page.get_by_test_id("stDownloadButton").filter(has_text="long results").click()

@@ -1,0 +1,151 @@
+"""The New model report's exports (issue 18): a self-contained HTML (it must show its
+figures offline, so no script is loaded from the internet), and PNGs of its figures drawn
+by kaleido in a local Chromium — from the page and from ``report --out x.png`` — or one
+line saying why not where there is no browser."""
+
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1 import app_test as app_test_module
+
+import app_shared as shared
+from pkps_core import report as reports
+from pkps_core.demo import DATA_DIR_ENV, ensure_demo_store
+from pkps_core.store import Store
+from pkps_core.views.new_model import new_model_report
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = "app_pages/new_model.py"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(?:https?:)?//", re.IGNORECASE)
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_MAGIC
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+    return width, height
+
+
+def _can_draw_png() -> bool:
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return False
+    return reports.png_browser() is not None
+
+
+needs_png = pytest.mark.skipif(not _can_draw_png(), reason="no kaleido or no Chrome/Chromium here")
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("export")
+    return ensure_demo_store(folder / "demo.duckdb"), folder
+
+
+@pytest.fixture(scope="module")
+def report(demo_store):
+    with Store(demo_store[0], read_only=True) as store:
+        records = store.records()
+    return new_model_report(records, sorted(records["model"].unique())[3])
+
+
+def test_the_html_report_loads_no_script_from_the_internet(report):
+    page = reports.report_html(report)
+    assert not EXTERNAL_SCRIPT.search(page)
+    assert page.count("Plotly.newPlot") == 2
+    # plotly.js itself is inside, once
+    assert page.count("plotly.js v") >= 1 and len(page) > 3_000_000
+
+
+@needs_png
+def test_report_pngs_are_pngs_of_the_figures_size(report):
+    pngs = reports.report_pngs(report)
+    assert set(pngs) == {"tasks", "map"}
+    assert _png_size(pngs["tasks"]) == (
+        reports.PNG_WIDTH,
+        reports.tasks_figure(report).layout.height,
+    )
+    assert _png_size(pngs["map"]) == (
+        reports.PNG_WIDTH,
+        reports.scatter_figure(report).layout.height,
+    )
+    assert all(len(data) > 10_000 for data in pngs.values())  # drawn, not blank
+
+
+def test_without_a_browser_the_png_export_says_so_in_one_line(report, monkeypatch, tmp_path):
+    monkeypatch.setattr(reports, "png_browser", lambda: None)
+    with pytest.raises(reports.PngUnavailable) as raised:
+        reports.report_pngs(report)
+    message = str(raised.value)
+    assert "\n" not in message and ("Chromium" in message or "kaleido" in message)
+
+
+def _run_report(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "pkps_core", "report", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+
+
+@needs_png
+def test_report_cli_writes_both_pngs(demo_store, tmp_path):
+    model = "fam00/model-00"
+    out = tmp_path / "figures" / "report.png"
+    done = _run_report("--db", str(demo_store[0]), "--model", model, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote the figures of {model} to {out} (per task)")
+    for path in (out, out.with_name("report-map.png")):
+        width, height = _png_size(path.read_bytes())
+        assert width == reports.PNG_WIDTH and height > 300
+
+
+def test_report_cli_without_a_browser_fails_in_one_line(demo_store, tmp_path):
+    import os
+
+    env = os.environ | {"BROWSER_PATH": str(tmp_path / "no-such-chromium")}
+    out = tmp_path / "report.png"
+    done = _run_report(
+        "--db", str(demo_store[0]), "--model", "fam00/model-00", "--out", str(out), env=env
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("no PNG written:")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()
+
+
+@needs_png
+def test_new_model_page_offers_the_pngs(demo_store, monkeypatch):
+    path, folder = demo_store
+    monkeypatch.setenv(shared.STORE_ENV, str(path))
+    monkeypatch.setenv(DATA_DIR_ENV, str(folder))
+    files: dict[str, bytes] = {}
+
+    class Recording(MemoryMediaFileStorage):
+        def load_and_get_id(self, path_or_data, mimetype, kind, filename=None):
+            if filename and isinstance(path_or_data, bytes):
+                files[filename] = path_or_data
+            return super().load_and_get_id(path_or_data, mimetype, kind, filename)
+
+    monkeypatch.setattr(app_test_module, "MemoryMediaFileStorage", Recording)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600).run()
+    at.switch_page(PAGE).run()
+    assert not [b for b in at.get("download_button") if "PNG" in b.proto.label]
+    at.button(key="new_model_make_png").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    labels = {b.proto.label for b in at.get("download_button")}
+    assert {"Per-task figure (PNG)", "PKPS map (PNG)"} <= labels
+    for name in ("new_model_tasks.png", "new_model_map.png"):
+        width, height = _png_size(files[name])
+        assert width == reports.PNG_WIDTH and height > 300
+    assert EXTERNAL_SCRIPT.search(files["new_model_report.html"].decode()) is None
