@@ -26,7 +26,8 @@ until one of them is within ``tol``, else the exact pairwise path runs.
 Opt-in (``affinity_method="nystrom"``), because it did not pay on real data: on AlpacaEval
 (32k responses, 128-d TF-IDF + SVD features) no rank up to 2048 came within tol = 1e-3 at
 any grid bandwidth, so "auto" would have paid for the attempts and then the exact path
-(538 s against 236 s exact; `bench/rbf_response.py` measures it). On smoother features (a synthetic
+(`bench/rbf_response.py`: 655 s against 453 s exact on a loaded machine, 538 s against
+236 s in another run). On smoother features (a synthetic
 cache in 48 PCA dimensions) rank 2048 met the tolerance, but no faster than exact.
 """
 
