@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from app_utils import (
+    ROOT,
     go_to,
     plotly_figures,
     screenshot,
@@ -88,3 +89,40 @@ def test_twenty_unscored_responses_uploaded_are_predicted(
     sidebar = page.get_by_test_id("stSidebar")
     expect(sidebar.get_by_text(f"{N_MODELS} models ·")).to_be_visible()
     screenshot(page, "new_model_upload")
+
+
+ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
+
+
+def test_twenty_unscored_responses_on_the_alpaca_eval_store(
+    tmp_path, start_server, new_session
+):
+    """Issue 18's case on real data: 20 responses of one AlpacaEval model, without scores,
+    uploaded on the New model page of a store holding the 40 models."""
+    if not ALPACA.exists():
+        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+    cache = pd.read_parquet(ALPACA)
+    path = tmp_path / "alpaca.duckdb"
+    with Store(path) as db:
+        db.ingest(cache, source="alpaca_eval_40.parquet")
+    model = sorted(cache["model"].unique())[5]
+    own = cache[cache["model"] == model].sample(20, random_state=0)
+    upload = tmp_path / "new_model.csv"
+    own[["model", "task", "query_id", "query", "response"]].assign(model=UPLOADED).to_csv(
+        upload, index=False
+    )
+    session = new_session().open(start_server(path))
+    go_to(session, "New model")
+    page = session.page
+    page.get_by_test_id("stRadio").filter(has_text="Upload its responses").get_by_text(
+        "Upload its responses"
+    ).click()
+    wait_for_app(page)
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(upload))
+    wait_for_app(page)
+    expect(session.main.get_by_text(UPLOADED, exact=True)).to_be_visible()
+    assert _metric(session, "Sample score") == "—"  # no judge run: predicted from responses
+    n_models = cache["model"].nunique()
+    assert _metric(session, "Rank among references").endswith(f"of {n_models + 1}")
+    assert 0.0 <= float(_metric(session, "Predicted overall")) <= 1.0
+    session.assert_clean()
