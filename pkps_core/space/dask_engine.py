@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -48,7 +49,8 @@ from pkps_core.space.affinity import (
 SCHEDULER_ENV = "PKPS_DASK_SCHEDULER"
 CONNECT_TIMEOUT = "10s"
 SPARSE_SLAB_DENSITY = 0.1  # truncated kernel slabs this sparse are multiplied as CSC
-MIN_QUERY_SPAN = 64  # a model block is small enough for this many queries of its transfer
+MIN_QUERY_SPAN = 64
+PROGRESS_SECONDS = 0.5  # a model block is small enough for this many queries of its transfer
 
 # The CLI's progress callback (done, total, label) for the tasks of the current fit; a
 # context variable, so it belongs to the caller's context and not to the process.
@@ -340,9 +342,13 @@ class DaskAffinityEngine(AffinityEngine):
         """Results of ``futures`` in order, reporting progress when a callback is set."""
         callback = _PROGRESS.get()
         if callback is not None:
-            distributed = import_distributed()
-            callback(0, len(futures), label)
-            for done, _ in enumerate(distributed.as_completed(futures), start=1):
+            done = -1
+            while done < len(futures):
+                now = sum(future.done() for future in futures)
+                if now == done:
+                    time.sleep(PROGRESS_SECONDS)  # (distributed.wait needs a default client)
+                    continue
+                done = now
                 callback(done, len(futures), label)
         results = self.client.gather(futures)
         self.bytes_gathered += sum(a.nbytes + b.nbytes for a, b in results)
