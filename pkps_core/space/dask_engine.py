@@ -9,9 +9,10 @@ The responses are scattered once, in consecutive model blocks (``ModelBlock``), 
 query vectors. For the linear / cosine response kernel, the sums of model blocks A ≤ B
 are split over query blocks a (the rows of the transfer ``T = K_Q Y``): one task holds
 the kernel slab ``K_Q[a, Q_B]`` (computed there from the query vectors, dense, truncated
-for the sparse path, or the delta indicator), the transfer of B's models over ``a``
-and A's responses to ``a``, and returns the partial |A| × |B| numerator and
-denominator; the partial sums over the query blocks are added in a tree. The RBF
+for the sparse path and then multiplied as CSC where few entries are kept; for the delta
+kernel ``T = Y``), the transfer of B's models over ``a`` and A's responses to ``a``,
+and returns the partial |A| × |B| numerator and denominator; the partial sums over the
+query blocks are added in a tree. The RBF
 response kernel (no factorisation) is one task per block pair over its response pairs,
 in row chunks. Nyström: one projection ``Φ[Q_i]^T X_i`` task per model block, then one
 inner-product task per block pair. Each task's working memory is a small multiple of
