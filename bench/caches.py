@@ -28,7 +28,13 @@ def make_bench_records(size: str, pairing: str = "paired", seed: int = 0, extra_
     records : DataFrame with query_embedding / response_embedding columns
     """
     n_models, n_tasks, per_cell = SIZES[size]
-    n_models += extra_models
+    return make_sized_records(n_models + extra_models, n_tasks, per_cell, pairing, seed)
+
+
+def make_sized_records(
+    n_models: int, n_tasks: int, per_cell: int, pairing: str = "paired", seed: int = 0
+):
+    """:func:`make_bench_records` at any size (models, tasks, queries per cell)."""
     pool = per_cell if pairing == "paired" else 4 * per_cell
     rng = np.random.default_rng(seed)
     task_centres = rng.standard_normal((n_tasks, LATENT))

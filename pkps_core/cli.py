@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.cli_args import _bandwidth, _components, _csv_list, _interval_level, _number_list
+from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_session
 from pkps_core.records import RecordsError, read_records
 from pkps_core.report import add_parser as add_report_parser
 from pkps_core.text import terminal_safe, terminal_safe_frame
@@ -129,6 +130,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 def _input_records(args: argparse.Namespace) -> pd.DataFrame:
     if bool(args.input) == bool(args.db):
         raise RecordsError("give exactly one of --input FILE or --db PATH")
+    if args.input and Path(args.input).is_dir():
+        from pkps_core.store.parquet import read_parquet_dataset
+
+        return read_parquet_dataset(args.input)
     if args.input:
         return read_records(args.input)
     with _store(args.db, read_only=True) as store:
@@ -139,17 +144,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from pkps_core.predict import mean_absolute_error, predict, reference_is_sample
 
     records = _input_records(args)
-    space_params = _space_params(args)
     started = time.perf_counter()
-    predictions = predict(
-        records,
-        args.methods,
-        holdout=args.holdout,
-        targets=args.targets,
-        space_params=space_params,
-        n_neighbors=args.neighbors,
-        intervals=args.interval,
-    )
+    with engine_session(args) as engine_params:
+        predictions = predict(
+            records,
+            args.methods,
+            holdout=args.holdout,
+            targets=args.targets,
+            space_params=_space_params(args) | engine_params,
+            n_neighbors=args.neighbors,
+            intervals=args.interval,
+        )
     elapsed = time.perf_counter() - started
     _write_table(predictions, args.out)
     print(f"wrote {len(predictions)} predictions to {args.out} in {elapsed:.1f} s")
@@ -244,23 +249,24 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"  [{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    result = run_protocol(
-        records,
-        args.protocol,
-        budgets=args.budgets,
-        rhos=args.rho,
-        cohorts=args.cohort,
-        p_tasks=args.p_task,
-        p_queries=args.p_query,
-        n_tasks=args.n_tasks,
-        core_sets=args.core_set,
-        modes=args.mode,
-        target_share=args.target_share,
-        seeds=range(args.seeds),
-        methods=args.methods,
-        space_params=space_params,
-        progress=progress,
-    )
+    with engine_session(args) as engine_params:
+        result = run_protocol(
+            records,
+            args.protocol,
+            budgets=args.budgets,
+            rhos=args.rho,
+            cohorts=args.cohort,
+            p_tasks=args.p_task,
+            p_queries=args.p_query,
+            n_tasks=args.n_tasks,
+            core_sets=args.core_set,
+            modes=args.mode,
+            target_share=args.target_share,
+            seeds=range(args.seeds),
+            methods=args.methods,
+            space_params=space_params | engine_params,
+            progress=progress,
+        )
     elapsed = time.perf_counter() - started
     _write_table(result.long, args.out)
     print(f"wrote {len(result.long)} rows to {args.out} in {elapsed:.1f} s")
@@ -316,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.set_defaults(run=cmd_synth)
 
     pred = sub.add_parser("predict", help="predict every (model, task) cell")
-    pred.add_argument("--input", help="canonical .csv or .parquet")
+    pred.add_argument("--input", help="canonical .csv / .parquet, or a Parquet dataset DIR")
     pred.add_argument("--db", help="a store made by `ingest` (instead of --input)")
     pred.add_argument("--out", required=True, help="output .csv or .parquet")
     pred.add_argument(
@@ -331,12 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
     pred.add_argument("--seed", type=int, default=0)
     _interval_arguments(pred)
+    add_engine_arguments(pred)
     pred.set_defaults(run=cmd_predict)
 
     nxt = sub.add_parser(
         "next", help="rank a model's missing or thinly observed cells by interval width"
     )
-    nxt.add_argument("--input", help="canonical .csv or .parquet")
+    nxt.add_argument("--input", help="canonical .csv / .parquet, or a Parquet dataset DIR")
     nxt.add_argument("--db", help="a store made by `ingest` (instead of --input)")
     nxt.add_argument("--target", required=True, help="the model whose cells to rank")
     nxt.add_argument("--top", type=int, default=10, help="how many cells to show")
@@ -366,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser(
         "evaluate", help="run an evaluation protocol (seeded sweep) and print the summary"
     )
-    evaluate.add_argument("--input", help="canonical .csv or .parquet")
+    evaluate.add_argument("--input", help="canonical .csv / .parquet, or a Parquet dataset DIR")
     evaluate.add_argument("--db", help="a store made by `ingest` (instead of --input)")
     evaluate.add_argument(
         "--protocol",
@@ -422,12 +429,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--response-components", type=_components, default=None, help="response PCA: INT | elbow"
     )
     evaluate.add_argument("--out", required=True, help="long results .csv or .parquet")
+    add_engine_arguments(evaluate)
     evaluate.set_defaults(run=cmd_evaluate)
 
     info = sub.add_parser("info", help="counts, coverage and pairedness of a store")
     info.add_argument("--db", required=True)
     info.set_defaults(run=cmd_info)
     add_report_parser(sub)
+    add_export_parser(sub)
     return parser
 
 

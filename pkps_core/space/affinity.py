@@ -326,6 +326,20 @@ class AffinityEngine:
         denominator = 0.5 * (denominator + denominator.T)
         return kernels.KernelSums(numerator, denominator, self_num, self_den)
 
+    def _rank_sums(self, factor: np.ndarray):
+        """N and Z for the low-rank query kernel ``Φ Φ^T`` (the Nyström path)."""
+        return _rank_path_sums(self.layout, self.features, factor, self.pool)
+
+    def close(self) -> None:
+        """Stop the engine's worker threads."""
+        self.pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def _nystrom_factor(self, bandwidth: float, rank: int) -> np.ndarray:
         rng = np.random.default_rng(self.random_state)
         n_q = self.layout.n_queries
@@ -440,7 +454,7 @@ class AffinityEngine:
             while rank < n_q and attempts < 3:
                 attempts += 1
                 factor = self._nystrom_factor(bandwidth, rank)
-                result = self._wrap(*_rank_path_sums(self.layout, self.features, factor, self.pool))
+                result = self._wrap(*self._rank_sums(factor))
                 bound = self.nystrom_bound(result, factor, self_pairs)
                 if bound <= self.tol:
                     self.reports.append(

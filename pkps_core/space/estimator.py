@@ -8,51 +8,26 @@ the same estimator with ``query_kernel="delta"``.
 from __future__ import annotations
 
 import copy
-import warnings
 from numbers import Real
 
 import numpy as np
 import pandas as pd
 from scipy.spatial.distance import pdist
 from sklearn.base import BaseEstimator
-from sklearn.manifold import ClassicalMDS
 
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import kernels
 from pkps_core.space.affinity import SPARSE_THRESHOLD, SPARSE_TOL, AffinityEngine, SumsReport
 from pkps_core.space.increments import increment_sums
 from pkps_core.space.knn import loo_knn_error
+from pkps_core.space.mds import classical_mds
 from pkps_core.space.prepare import PreparedCache, prepare_cache, reduce_dimension
 from pkps_core.space.sums import DEFAULT_BLOCK_BYTES
 
 BANDWIDTH_GRID = (0.03, 0.1, 0.3, 1.0, 3.0)
 QUERY_KERNELS = ("rbf", "delta")
+ENGINES = ("local", "dask")
 _MEDIAN_SAMPLE = 2000
-
-
-def classical_mds(distance: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:
-    """Classical MDS of a distance matrix (Eq. 2) with ``sklearn.manifold.ClassicalMDS``.
-
-    Components whose eigenvalue is not positive (D not Euclidean there) get coordinate 0.
-
-    Returns
-    -------
-    embedding : ndarray of shape (n_models, n_components)
-    eigenvalues : ndarray of shape (n_components,)
-    """
-    n = distance.shape[0]
-    d = int(max(1, min(n_components, n - 1)))
-    mds = ClassicalMDS(n_components=d, metric="precomputed")
-    with warnings.catch_warnings(), np.errstate(invalid="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        embedding = mds.fit_transform(0.5 * (distance + distance.T))
-    eigenvalues = mds.eigenvalues_
-    embedding = np.where(eigenvalues[None, :] > 0, embedding, 0.0)
-    embedding = np.nan_to_num(embedding)
-    if d < n_components:
-        embedding = np.hstack([embedding, np.zeros((n, n_components - d))])
-        eigenvalues = np.concatenate([eigenvalues, np.zeros(n_components - d)])
-    return embedding, eigenvalues
 
 
 class PerspectiveSpace(BaseEstimator):
@@ -110,6 +85,12 @@ class PerspectiveSpace(BaseEstimator):
         Memory budget per working block of the kernel sums.
     random_state : int or None, default=0
         Seed of the PCA solver and of the subsample used for median distances.
+    engine : {"local", "dask"}, default="local"
+        Where the kernel sums run: this process, or a Dask cluster
+        (:mod:`pkps_core.space.dask_engine`; same paths, same D).
+    client : distributed.Client, str or None, default=None
+        The cluster of ``engine="dask"``: a client, a scheduler address
+        (``tcp://host:8786``), or None for ``$PKPS_DASK_SCHEDULER`` / the default client.
 
     Attributes
     ----------
@@ -159,6 +140,8 @@ class PerspectiveSpace(BaseEstimator):
         affinity_tol: float = 1e-3,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         random_state: int | None = 0,
+        engine: str = "local",
+        client=None,
     ):
         self.query_kernel = query_kernel
         self.response_kernel = response_kernel
@@ -177,6 +160,8 @@ class PerspectiveSpace(BaseEstimator):
         self.affinity_tol = affinity_tol
         self.block_bytes = block_bytes
         self.random_state = random_state
+        self.engine = engine
+        self.client = client
 
     def _check_params(self, prepared: PreparedCache) -> None:
         if self.query_kernel not in QUERY_KERNELS:
@@ -193,6 +178,8 @@ class PerspectiveSpace(BaseEstimator):
             raise ValueError(f"query_bandwidth must be 'cv', 'median' or a number >= 0, got {bw!r}")
         if self.self_pairs not in ("include", "exclude"):
             raise ValueError(f"self_pairs must be 'include' or 'exclude', got {self.self_pairs!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if int(self.n_components) < 1:
             raise ValueError("n_components must be >= 1")
         if self.query_kernel == "rbf" and prepared.query_vectors is None and prepared.query_gap:
@@ -256,9 +243,9 @@ class PerspectiveSpace(BaseEstimator):
             )
             if not self.response_bandwidth_ > 0:
                 self.response_bandwidth_ = 1.0
-        engine = self._engine(prepared, features, queries)
         grid = self._candidate_bandwidths()
-        sums = [engine.sums(sigma, self.self_pairs) for sigma in grid]
+        with self._engine(prepared, features, queries) as engine:
+            sums = [engine.sums(sigma, self.self_pairs) for sigma in grid]
         self.affinity_reports_ = list(engine.reports)
         self.prepared_ = prepared
         self.features_ = features
@@ -397,7 +384,12 @@ class PerspectiveSpace(BaseEstimator):
         return self
 
     def _engine(self, prepared, features, queries) -> AffinityEngine:
-        return AffinityEngine(
+        engine, options = AffinityEngine, {}
+        if self.engine == "dask":
+            from pkps_core.space.dask_engine import DaskAffinityEngine
+
+            engine, options = DaskAffinityEngine, {"client": self.client}
+        return engine(
             prepared.layout,
             features,
             queries,
@@ -407,6 +399,7 @@ class PerspectiveSpace(BaseEstimator):
             tol=self.affinity_tol,
             block_bytes=self.block_bytes,
             random_state=self.random_state,
+            **options,
         )
 
     def _finish(self, prepared: PreparedCache, grid, sums) -> None:

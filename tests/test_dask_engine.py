@@ -1,0 +1,243 @@
+"""The Dask engine against the local one: same paths, same D, bandwidth and predictions.
+
+One ``distributed.LocalCluster`` (2 worker processes × 1 thread, a memory limit per
+worker) serves the module and is closed by its fixture.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from bench.caches import make_bench_records
+from pkps_core.predict import predict
+from pkps_core.space import PerspectiveSpace, kernels
+from pkps_core.space.affinity import AffinityEngine
+from pkps_core.synthetic import make_synthetic
+
+distributed = pytest.importorskip("distributed")
+
+WORKER_MEMORY = 1 << 30
+SMALL_BLOCKS = 1 << 16  # several model and query blocks even on small caches
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=WORKER_MEMORY,
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    return make_synthetic(n_models=16, n_tasks=4, budget=5, rho=0.4, random_state=3).records
+
+
+@pytest.fixture(scope="module")
+def many_queries():
+    # 45 models × 16 tasks × 32 queries from pools of 128: 2048 unique queries, so the
+    # local engine tries Nyström on wide bandwidths and the sparse path on narrow ones
+    return make_bench_records("M", "unpaired", seed=1)
+
+
+def _assert_same_fit(local, remote):
+    assert [r.path for r in remote.affinity_reports_] == [r.path for r in local.affinity_reports_]
+    assert [r.rank for r in remote.affinity_reports_] == [r.rank for r in local.affinity_reports_]
+    scale = max(1.0, float(local.distance_matrix_.max()))
+    for a, b in zip(local.kernel_sums_, remote.kernel_sums_, strict=True):
+        d_local = kernels.distance_from_affinity(kernels.affinity_from_sums(a)[0])[0]
+        d_remote = kernels.distance_from_affinity(kernels.affinity_from_sums(b)[0])[0]
+        assert np.abs(d_local - d_remote).max() <= 1e-9 * scale
+    assert remote.query_bandwidth_ == pytest.approx(local.query_bandwidth_, rel=1e-12)
+    np.testing.assert_allclose(remote.cv_errors_, local.cv_errors_, rtol=1e-9, atol=1e-12)
+    assert np.abs(remote.distance_matrix_ - local.distance_matrix_).max() <= 1e-9 * scale
+    assert list(remote.models_) == list(local.models_)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"query_kernel": "rbf", "response_kernel": "linear"},
+        {"query_kernel": "rbf", "response_kernel": "cosine", "self_pairs": "exclude"},
+        {"query_kernel": "rbf", "response_kernel": "rbf"},
+        {"query_kernel": "delta", "response_kernel": "linear"},
+        {"query_kernel": "delta", "response_kernel": "cosine"},
+        {"query_kernel": "delta", "response_kernel": "rbf"},
+    ],
+    ids=lambda p: f"{p['query_kernel']}-{p['response_kernel']}",
+)
+def test_every_kernel_pair_matches_the_local_engine(client, synthetic, params):
+    options = {"block_bytes": SMALL_BLOCKS, **params}
+    local = PerspectiveSpace(**options).fit(synthetic)
+    remote = PerspectiveSpace(engine="dask", client=client, **options).fit(synthetic)
+    _assert_same_fit(local, remote)
+
+
+def test_every_path_matches_the_local_engine(client, many_queries):
+    options = {"response_components": 16, "block_bytes": 1 << 21}
+    local = PerspectiveSpace(**options).fit(many_queries)
+    paths = {r.path for r in local.affinity_reports_}
+    assert {"exact", "sparse", "nystrom"} <= paths, [r.path for r in local.affinity_reports_]
+    remote = PerspectiveSpace(engine="dask", client=client, **options).fit(many_queries)
+    _assert_same_fit(local, remote)
+
+
+@pytest.mark.parametrize("method", ["exact", "sparse", "nystrom"])
+def test_engine_paths_match_sum_for_sum(client, method):
+    from pkps_core.space.dask_engine import DaskAffinityEngine
+
+    rng = np.random.default_rng(7)
+    n, per_model, n_q = 12, 100, 600
+    chosen = np.sort(np.argsort(rng.random((n, n_q)), axis=1)[:, :per_model], axis=1)
+    layout = kernels.ResponseLayout.build(
+        np.repeat(np.arange(n), per_model), chosen.ravel(), n, n_q
+    )
+    queries = rng.standard_normal((n_q, 6))
+    features = rng.standard_normal((n * per_model, 5))
+    sq = kernels.squared_distances(queries)
+    median = float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
+    bandwidth = {"exact": median, "sparse": 0.03 * median, "nystrom": 3 * median}[method]
+    options = {"method": method, "block_bytes": 1 << 15}
+    local = AffinityEngine(layout, features, queries, **options)
+    with DaskAffinityEngine(layout, features, queries, client=client, **options) as remote:
+        a, b = local.sums(bandwidth), remote.sums(bandwidth)
+        got = [(r.path, r.rank, r.error_kind) for r in remote.reports]
+        assert got == [(r.path, r.rank, r.error_kind) for r in local.reports]
+        assert remote.reports[-1].error == pytest.approx(local.reports[-1].error, rel=1e-9)
+        assert local.reports[-1].path == method
+        assert remote.task_counts["tile"] > 1
+    np.testing.assert_allclose(b.numerator, a.numerator, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(b.denominator, a.denominator, rtol=1e-10, atol=1e-10)
+
+
+def test_predictions_match_the_local_engine(client, synthetic):
+    local = predict(synthetic, ["pkps", "dkps"], space_params={"random_state": 0})
+    remote = predict(
+        synthetic,
+        ["pkps", "dkps"],
+        space_params={"random_state": 0, "engine": "dask", "client": client},
+    )
+    keys = ["method", "model", "task"]
+    local, remote = local.sort_values(keys), remote.sort_values(keys)
+    np.testing.assert_allclose(
+        remote["prediction"].to_numpy(), local["prediction"].to_numpy(), atol=1e-9
+    )
+
+
+def test_workers_stay_under_their_memory_limit(client, many_queries):
+    PerspectiveSpace(engine="dask", client=client, block_bytes=1 << 22).fit(many_queries)
+    peaks = client.run(_peak_rss)
+    assert len(peaks) == 2
+    assert max(peaks.values()) < WORKER_MEMORY
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def test_unreachable_scheduler_is_one_line(synthetic):
+    space = PerspectiveSpace(engine="dask", client="tcp://127.0.0.1:9")
+    with pytest.raises(ValueError, match=r"cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
+        space.fit(synthetic)
+
+
+def test_library_fits_without_dask():
+    script = textwrap.dedent(
+        """
+        import sys
+        for name in ("dask", "distributed"):
+            sys.modules[name] = None  # import fails as if not installed
+        import pkps_core
+        from pkps_core.space import PerspectiveSpace
+        from pkps_core.synthetic import make_synthetic
+        records = make_synthetic(n_models=8, n_tasks=3, budget=3, random_state=0).records
+        space = PerspectiveSpace().fit(records)
+        assert space.distance_matrix_.shape == (8, 8)
+        try:
+            PerspectiveSpace(engine="dask").fit(records)
+        except ValueError as exc:
+            assert "pip install" in str(exc), exc
+        else:
+            raise AssertionError("engine='dask' fitted without dask")
+        assert not any(k.startswith(("dask", "distributed")) and sys.modules[k]
+                       for k in list(sys.modules))
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def _cli(*args, env=None):
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "pkps_core", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_cli_predict_on_the_cluster_from_a_parquet_dataset(client, synthetic, tmp_path):
+    from pkps_core.store import Store
+
+    with Store(tmp_path / "cache.duckdb") as store:
+        store.ingest(synthetic, source="synthetic")
+    dataset = tmp_path / "dataset"
+    done = _cli("export", "--db", str(tmp_path / "cache.duckdb"), "--to-parquet", str(dataset))
+    assert done.returncode == 0, done.stderr
+    assert {p.name for p in dataset.iterdir()} == {f"task={t}" for t in synthetic.task.unique()}
+    common = ["--methods", "pkps", "--no-interval"]
+    local = _cli("predict", "--input", str(dataset), "--out", str(tmp_path / "l.csv"), *common)
+    assert local.returncode == 0, local.stderr
+    address = client.scheduler.address
+    remote = _cli(
+        "predict", "--input", str(dataset), "--out", str(tmp_path / "r.csv"), *common,
+        "--engine", "dask", env={"PKPS_DASK_SCHEDULER": address},
+    )  # fmt: skip
+    assert remote.returncode == 0, remote.stderr
+    assert f"worker(s) at {address}" in remote.stderr and "tasks:" in remote.stderr
+    import pandas as pd
+
+    keys = ["method", "model", "task"]
+    a = pd.read_csv(tmp_path / "l.csv").sort_values(keys)
+    b = pd.read_csv(tmp_path / "r.csv").sort_values(keys)
+    np.testing.assert_allclose(b["prediction"], a["prediction"], atol=1e-9)
+
+
+def test_cli_refuses_bad_scheduler_and_non_dataset_in_one_line(tmp_path, synthetic):
+    cache = tmp_path / "cache.csv"
+    synthetic.drop(columns=["query_embedding", "response_embedding"]).to_csv(cache, index=False)
+    bad = _cli(
+        "predict", "--input", str(cache), "--out", str(tmp_path / "o.csv"),
+        "--engine", "dask", "--scheduler", "tcp://127.0.0.1:9",
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0
+    assert "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'" in bad.stderr
+    empty = tmp_path / "not_a_dataset"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("hello")
+    refused = _cli("predict", "--input", str(empty), "--out", str(tmp_path / "o.csv"))
+    assert refused.returncode == 2
+    assert "is not a Parquet dataset" in refused.stderr
+    assert refused.stderr.strip().count("\n") == 0
