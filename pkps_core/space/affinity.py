@@ -52,7 +52,12 @@ import scipy.sparse as sp
 
 from pkps_core.space import kernels, response_nystrom
 from pkps_core.space.runtime import WorkerPool, single_threaded_blas
-from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, FactorizedSums, kernel_sums
+from pkps_core.space.sums import (
+    DEFAULT_BLOCK_BYTES,
+    FactorizedSums,
+    kernel_sums,
+    sample_exact_sums,
+)
 
 METHODS = ("auto", "exact", "sparse", "nystrom")
 SPARSE_THRESHOLD = 1e-16  # query-kernel entries below this are dropped on the sparse path
@@ -473,40 +478,3 @@ class AffinityEngine:
         self.reports.append(SumsReport(bandwidth, "exact", 0.0))
         return self._exact(bandwidth)
 
-
-def sample_exact_sums(
-    layout,
-    features,
-    query_vectors,
-    bandwidth,
-    models,
-    *,
-    pool: WorkerPool | None = None,
-    response_kernel: str = "linear",
-    response_bandwidth: float = 1.0,
-) -> kernels.KernelSums:
-    """Exact kernel sums restricted to ``models``.
-
-    The responses of those models alone, with the query kernel over only the queries they
-    answered (the delta kernel at bandwidth 0), through the exact path of the response
-    kernel.
-    """
-    models = np.asarray(models)
-    bounds = layout.model_bounds
-    rows = np.concatenate([np.arange(bounds[m], bounds[m + 1]) for m in models])
-    sub_models = np.repeat(np.arange(len(models)), np.diff(bounds)[models])
-    queries, sub_queries = np.unique(layout.query_idx[rows], return_inverse=True)
-    sub_layout = kernels.ResponseLayout.build(
-        sub_models, sub_queries.ravel(), len(models), len(queries)
-    )
-    sub_features = np.ascontiguousarray(features[rows])
-    query_kernel = (
-        None
-        if bandwidth <= 0 or query_vectors is None
-        else kernels.query_kernel_matrix(
-            kernels.squared_distances(query_vectors[queries], pool=pool), bandwidth, pool=pool
-        )
-    )
-    return kernel_sums(
-        sub_layout, sub_features, query_kernel, response_kernel, response_bandwidth, pool=pool
-    )

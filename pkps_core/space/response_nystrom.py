@@ -122,6 +122,7 @@ def _engine_at(engine, rank: int):
             tol=engine.tol,
             block_bytes=engine.block_bytes,
             random_state=engine.random_state,
+            **({"client": engine.client} if hasattr(engine, "client") else {}),
         )
         inner.pool = engine.pool
         inner._sqdist = engine._sqdist

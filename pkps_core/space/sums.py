@@ -21,6 +21,7 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 
+from pkps_core.space import kernels
 from pkps_core.space.kernels import (
     RESPONSE_KERNELS,
     KernelSums,
@@ -365,3 +366,41 @@ def kernel_sums(
     numerator = 0.5 * (numerator + numerator.T)
     denominator = 0.5 * (denominator + denominator.T)
     return KernelSums(numerator, denominator, self_num, self_den)
+
+
+def sample_exact_sums(
+    layout,
+    features,
+    query_vectors,
+    bandwidth,
+    models,
+    *,
+    pool: WorkerPool | None = None,
+    response_kernel: str = "linear",
+    response_bandwidth: float = 1.0,
+) -> kernels.KernelSums:
+    """Exact kernel sums restricted to ``models``.
+
+    The responses of those models alone, with the query kernel over only the queries they
+    answered (the delta kernel at bandwidth 0), through the exact path of the response
+    kernel.
+    """
+    models = np.asarray(models)
+    bounds = layout.model_bounds
+    rows = np.concatenate([np.arange(bounds[m], bounds[m + 1]) for m in models])
+    sub_models = np.repeat(np.arange(len(models)), np.diff(bounds)[models])
+    queries, sub_queries = np.unique(layout.query_idx[rows], return_inverse=True)
+    sub_layout = kernels.ResponseLayout.build(
+        sub_models, sub_queries.ravel(), len(models), len(queries)
+    )
+    sub_features = np.ascontiguousarray(features[rows])
+    query_kernel = (
+        None
+        if bandwidth <= 0 or query_vectors is None
+        else kernels.query_kernel_matrix(
+            kernels.squared_distances(query_vectors[queries], pool=pool), bandwidth, pool=pool
+        )
+    )
+    return kernel_sums(
+        sub_layout, sub_features, query_kernel, response_kernel, response_bandwidth, pool=pool
+    )
