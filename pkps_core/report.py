@@ -66,6 +66,7 @@ def figures_png(figures, *, width: int = PNG_WIDTH) -> list[bytes]:
     """
     try:
         import asyncio
+        from concurrent.futures import ThreadPoolExecutor
 
         from kaleido import Kaleido
     except ImportError:
@@ -91,7 +92,10 @@ def figures_png(figures, *, width: int = PNG_WIDTH) -> list[bytes]:
             ]
 
     try:
-        return asyncio.run(draw())
+        # a thread of its own: asyncio.run refuses to start where an event loop already
+        # runs (a caller's asyncio code, or Playwright's sync API in the same process)
+        with ThreadPoolExecutor(1) as thread:
+            return thread.submit(lambda: asyncio.run(draw())).result()
     except Exception as exc:  # the browser's own failures (crash, sandbox, timeout)
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PngUnavailable(f"PNG export failed in {browser}: {first_line}") from exc

@@ -149,3 +149,16 @@ def test_new_model_page_offers_the_pngs(demo_store, monkeypatch):
         width, height = _png_size(files[name])
         assert width == reports.PNG_WIDTH and height > 300
     assert EXTERNAL_SCRIPT.search(files["new_model_report.html"].decode()) is None
+
+
+@needs_png
+def test_pngs_are_drawn_where_an_event_loop_already_runs(report):
+    """Inside a running event loop (a caller's asyncio code; Playwright's sync API in the
+    same process) kaleido's own loop must still start: it runs in a thread of its own."""
+    import asyncio
+
+    async def inside_a_loop():
+        return reports.report_pngs(report)
+
+    pngs = asyncio.run(inside_a_loop())
+    assert all(data[:8] == b"\x89PNG\r\n\x1a\n" for data in pngs.values())
