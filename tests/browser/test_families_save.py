@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from app_utils import go_to, wait_for_app
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from pkps_core.store import Store, families
@@ -44,14 +45,26 @@ def test_a_family_edited_and_saved_survives_a_reload(demo_copy, start_server, ne
     expect(save.locator("button")).to_be_disabled()  # nothing changed yet
 
     # the first row's family: click its model cell, step right, open the cell's editor
-    # (Enter), replace its text, commit (Enter)
-    grid.scroll_into_view_if_needed()
-    box = grid.bounding_box()
-    page.mouse.click(box["x"] + 40, box["y"] + ROW_HEIGHT * 1.5)
-    page.keyboard.press("ArrowRight")
-    page.keyboard.press("Enter")
+    # (Enter), replace its text, commit (Enter). The grid is drawn on a canvas: wait until
+    # it shows its rows, and click again if a late layout swallowed the first click (a
+    # fresh server compiles UMAP in the background meanwhile).
+    expect(grid.locator("table")).to_contain_text(model)
+    wait_for_app(page)
     editor = page.locator("#portal textarea, #portal input").first
-    editor.wait_for()
+    for attempt in range(3):
+        grid.scroll_into_view_if_needed()
+        box = grid.bounding_box()
+        page.mouse.click(box["x"] + 40, box["y"] + ROW_HEIGHT * 1.5)
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("Enter")
+        try:
+            editor.wait_for(timeout=15_000)
+            break
+        except PlaywrightTimeoutError:
+            if attempt == 2:
+                raise
+            page.keyboard.press("Escape")
+            wait_for_app(page)
     editor.fill(NEW_FAMILY)
     page.keyboard.press("Enter")
     wait_for_app(page)
