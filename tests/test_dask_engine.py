@@ -136,9 +136,21 @@ def test_predictions_match_the_local_engine(client, synthetic):
     )
 
 
-def test_workers_stay_under_their_memory_limit(client, many_queries):
-    PerspectiveSpace(engine="dask", client=client, block_bytes=1 << 22).fit(many_queries)
-    peaks = client.run(_peak_rss)
+def test_workers_stay_under_their_memory_limit(many_queries):
+    # workers of their own: ru_maxrss is a process's lifetime peak, and the module's
+    # cluster has run other fits (with the default, larger blocks) before this one
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=WORKER_MEMORY,
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        PerspectiveSpace(engine="dask", client=client, block_bytes=1 << 22).fit(many_queries)
+        peaks = client.run(_peak_rss)
     assert len(peaks) == 2
     assert max(peaks.values()) < WORKER_MEMORY
 
