@@ -81,8 +81,8 @@ def test_one_facet_per_method_with_identity_line_and_equal_axes():
         x, y = layout[f"xaxis{suffix}"], layout[f"yaxis{suffix}"]
         assert x["range"] == y["range"]
         assert y["scaleanchor"] == f"x{suffix}"
-        assert x["title"]["text"].startswith("reference score (")
-        assert y["title"]["text"].startswith("predicted score (")
+        assert x["title"]["text"] == "reference (mean score)"
+        assert y["title"]["text"] == "predicted (mean score)"
 
 
 def test_highlighted_model_alone_gets_error_bars_and_names_are_escaped():
