@@ -156,9 +156,12 @@ def test_pngs_are_drawn_where_an_event_loop_already_runs(report):
     """Inside a running event loop (a caller's asyncio code; Playwright's sync API in the
     same process) kaleido's own loop must still start: it runs in a thread of its own."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     async def inside_a_loop():
         return reports.report_pngs(report)
 
-    pngs = asyncio.run(inside_a_loop())
+    # the loop in a thread of the test's own: this thread may already run Playwright's
+    with ThreadPoolExecutor(1) as thread:
+        pngs = thread.submit(lambda: asyncio.run(inside_a_loop())).result()
     assert all(data[:8] == b"\x89PNG\r\n\x1a\n" for data in pngs.values())
