@@ -46,19 +46,24 @@ def test_a_family_edited_and_saved_survives_a_reload(demo_copy, start_server, ne
 
     # the first row's family: click its model cell, step right, open the cell's editor
     # (Enter), replace its text, commit (Enter). The grid is drawn on a canvas: wait until
-    # it shows its rows, and click again if a late layout swallowed the first click (a
-    # fresh server compiles UMAP in the background meanwhile).
+    # it shows its rows, and try again when the step right was lost (in a full run the
+    # grid was still taking the click, and Enter opened the read-only model cell).
     expect(grid.locator("table")).to_contain_text(model)
     wait_for_app(page)
-    editor = page.locator("#portal textarea, #portal input").first
+    # enabled only: a read-only model cell opens a disabled editor (the step right lost)
+    editor = page.locator(
+        "#portal textarea:not([disabled]), #portal input:not([disabled])"
+    ).first
     for attempt in range(3):
         grid.scroll_into_view_if_needed()
         box = grid.bounding_box()
         page.mouse.click(box["x"] + 40, box["y"] + ROW_HEIGHT * 1.5)
+        page.wait_for_timeout(300)  # the grid takes the click's selection first
         page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(300)
         page.keyboard.press("Enter")
         try:
-            editor.wait_for(timeout=15_000)
+            editor.wait_for(timeout=10_000)
             break
         except PlaywrightTimeoutError:
             if attempt == 2:
