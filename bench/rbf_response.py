@@ -50,9 +50,7 @@ def main() -> None:
     fits, rows = {}, []
     for method in ("exact", "nystrom"):
         started = time.perf_counter()
-        fits[method] = PerspectiveSpace(response_kernel="rbf", affinity_method=method).fit(
-            prepared
-        )
+        fits[method] = PerspectiveSpace(response_kernel="rbf", affinity_method=method).fit(prepared)
         seconds = time.perf_counter() - started
         rows.append({"method": method, "seconds": round(seconds, 1)})
         print(f"{method}: {seconds:.1f} s", flush=True)

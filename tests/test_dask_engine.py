@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -25,8 +26,9 @@ WORKER_MEMORY = 1 << 30
 SMALL_BLOCKS = 1 << 16  # several model and query blocks even on small caches
 
 
-@pytest.fixture(scope="module")
-def client():
+@contextmanager
+def _cluster():
+    """A client of a fresh LocalCluster: 2 worker processes × 1 thread, WORKER_MEMORY each."""
     with (
         distributed.LocalCluster(
             n_workers=2,
@@ -37,6 +39,12 @@ def client():
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
+        yield client
+
+
+@pytest.fixture(scope="module")
+def client():
+    with _cluster() as client:
         yield client
 
 
@@ -139,16 +147,7 @@ def test_predictions_match_the_local_engine(client, synthetic):
 def test_workers_stay_under_their_memory_limit(many_queries):
     # workers of their own: ru_maxrss is a process's lifetime peak, and the module's
     # cluster has run other fits (with the default, larger blocks) before this one
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=WORKER_MEMORY,
-            dashboard_address=None,
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    with _cluster() as client:
         PerspectiveSpace(engine="dask", client=client, block_bytes=1 << 22).fit(many_queries)
         peaks = client.run(_peak_rss)
     assert len(peaks) == 2

@@ -33,9 +33,7 @@ def _distance(sums, self_pairs="include"):
 def test_bound_covers_the_true_error_and_self_pairs_are_exact(prepared, self_pairs):
     layout, features, queries, response_bw = _arrays(prepared)
     query_kernel = kernels.query_kernel_matrix(kernels.squared_distances(queries), 1.0)
-    exact = kernel_sums(
-        layout, features, query_kernel, "rbf", response_bw, method="pairwise"
-    )
+    exact = kernel_sums(layout, features, query_kernel, "rbf", response_bw, method="pairwise")
     engine = AffinityEngine(
         layout, features, queries, response_kernel="rbf", response_bandwidth=response_bw
     )
@@ -57,9 +55,7 @@ def test_bound_covers_the_true_error_and_self_pairs_are_exact(prepared, self_pai
         assert np.all(true_error <= bound + 1e-9)
         d_exact, d_approx = _distance(exact, self_pairs), _distance(approx, self_pairs)
         actual = np.abs(d_approx - d_exact).max() / d_exact.max()
-        reported = engine.distance_bound(
-            approx, bound, np.zeros_like(bound), self_pairs
-        )
+        reported = engine.distance_bound(approx, bound, np.zeros_like(bound), self_pairs)
         assert 0 < actual <= reported
 
 
@@ -70,7 +66,9 @@ def test_every_landmark_reproduces_the_exact_sums(prepared):
     factor, residual = rn.response_factor(features, response_bw, len(features))
     numerator, _ = FactorizedSums(layout, factor)(query_kernel)
     numerator = rn.exact_self_pairs(
-        kernels.KernelSums(numerator, exact.denominator, exact.self_numerator, exact.self_denominator),
+        kernels.KernelSums(
+            numerator, exact.denominator, exact.self_numerator, exact.self_denominator
+        ),
         layout,
         residual,
     ).numerator

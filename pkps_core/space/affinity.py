@@ -38,9 +38,10 @@ BLAS on one thread meanwhile, so independent fits never wait for each other.
 
 The RBF response kernel takes the exact pairwise path unless ``method="nystrom"`` asks
 for more: then, from :data:`~pkps_core.space.response_nystrom.RESPONSE_NYSTROM_MIN`
-responses on, Nyström features of the responses put it on the factorised path above, with its own bound or
-measurement (:mod:`pkps_core.space.response_nystrom`); the report's path then reads e.g.
-``exact+response-nystrom(r=512)`` and its error is the sum of both approximations'.
+responses on, Nyström features of the responses put it on the factorised path above, with
+its own bound or measurement (:mod:`pkps_core.space.response_nystrom`); the report's path
+then reads e.g. ``exact+response-nystrom(r=512)`` and its error is the sum of both
+approximations'.
 """
 
 from __future__ import annotations
@@ -477,4 +478,3 @@ class AffinityEngine:
                 rank *= 2
         self.reports.append(SumsReport(bandwidth, "exact", 0.0))
         return self._exact(bandwidth)
-

@@ -51,9 +51,7 @@ def test_a_family_edited_and_saved_survives_a_reload(demo_copy, start_server, ne
     expect(grid.locator("table")).to_contain_text(model)
     wait_for_app(page)
     # enabled only: a read-only model cell opens a disabled editor (the step right lost)
-    editor = page.locator(
-        "#portal textarea:not([disabled]), #portal input:not([disabled])"
-    ).first
+    editor = page.locator("#portal textarea:not([disabled]), #portal input:not([disabled])").first
     for attempt in range(3):
         grid.scroll_into_view_if_needed()
         box = grid.bounding_box()

@@ -31,6 +31,19 @@ def _metric(session, label: str) -> str:
     return metric.get_by_test_id("stMetricValue").inner_text()
 
 
+def _upload_responses(session, upload) -> None:
+    """On the New model page: choose "Upload its responses", give the file, wait for the
+    report of the uploaded model."""
+    page = session.page
+    page.get_by_test_id("stRadio").filter(has_text="Upload its responses").get_by_text(
+        "Upload its responses"
+    ).click()
+    wait_for_app(page)
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(upload))
+    wait_for_app(page)
+    expect(session.main.get_by_text(UPLOADED, exact=True)).to_be_visible()
+
+
 def test_a_store_models_report_with_scatter_and_exports(demo_server, new_session):
     session = new_session().open(demo_server)
     go_to(session, "New model")
@@ -75,13 +88,7 @@ def test_twenty_unscored_responses_uploaded_are_predicted(
     session = new_session().open(demo_server)
     go_to(session, "New model")
     page = session.page
-    page.get_by_test_id("stRadio").filter(has_text="Upload its responses").get_by_text(
-        "Upload its responses"
-    ).click()
-    wait_for_app(page)
-    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(upload))
-    wait_for_app(page)
-    expect(session.main.get_by_text(UPLOADED, exact=True)).to_be_visible()
+    _upload_responses(session, upload)
     assert _metric(session, "Sample score") == "—"
     assert _metric(session, "Rank among references").endswith(f"of {N_MODELS + 1}")
     session.assert_clean()
@@ -94,9 +101,7 @@ def test_twenty_unscored_responses_uploaded_are_predicted(
 ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
 
 
-def test_twenty_unscored_responses_on_the_alpaca_eval_store(
-    tmp_path, start_server, new_session
-):
+def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, start_server, new_session):
     """Issue 18's case on real data: 20 responses of one AlpacaEval model, without scores,
     uploaded on the New model page of a store holding the 40 models."""
     if not ALPACA.exists():
@@ -113,14 +118,7 @@ def test_twenty_unscored_responses_on_the_alpaca_eval_store(
     )
     session = new_session().open(start_server(path))
     go_to(session, "New model")
-    page = session.page
-    page.get_by_test_id("stRadio").filter(has_text="Upload its responses").get_by_text(
-        "Upload its responses"
-    ).click()
-    wait_for_app(page)
-    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(upload))
-    wait_for_app(page)
-    expect(session.main.get_by_text(UPLOADED, exact=True)).to_be_visible()
+    _upload_responses(session, upload)
     assert _metric(session, "Sample score") == "—"  # no judge run: predicted from responses
     n_models = cache["model"].nunique()
     assert _metric(session, "Rank among references").endswith(f"of {n_models + 1}")
