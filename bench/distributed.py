@@ -13,19 +13,15 @@ cluster for 10M responses from the throughput measured here.
 from __future__ import annotations
 
 import argparse
-import resource
 import time
 
 from bench.caches import make_sized_records
 from pkps_core.records import validate_records
 from pkps_core.space import PerspectiveSpace, prepare_cache
+from pkps_core.space.runtime import peak_rss_bytes, reset_peak_rss
 from pkps_core.space.sums import y_cache_bytes
 
 GIB = 1 << 30
-
-
-def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _sent_bytes(dask_worker) -> int:
@@ -89,6 +85,7 @@ def main() -> None:
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
+        client.run(reset_peak_rss)
         started = time.perf_counter()
         space = PerspectiveSpace(
             query_bandwidth=bandwidth,
@@ -97,7 +94,7 @@ def main() -> None:
             block_bytes=args.block_mib << 20,
         ).fit(prepared)
         seconds = time.perf_counter() - started
-        peaks = client.run(_peak_rss)
+        peaks = client.run(peak_rss_bytes)
         moved = sum(client.run(_sent_bytes).values())
     engine = engines[0]
     reports = space.affinity_reports_

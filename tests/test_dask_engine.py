@@ -18,6 +18,7 @@ from bench.caches import make_bench_records
 from pkps_core.predict import predict
 from pkps_core.space import PerspectiveSpace, kernels
 from pkps_core.space.affinity import AffinityEngine
+from pkps_core.space.runtime import peak_rss_bytes, reset_peak_rss
 from pkps_core.synthetic import make_synthetic
 
 distributed = pytest.importorskip("distributed")
@@ -145,19 +146,15 @@ def test_predictions_match_the_local_engine(client, synthetic):
 
 
 def test_workers_stay_under_their_memory_limit(many_queries):
-    # workers of their own: ru_maxrss is a process's lifetime peak, and the module's
-    # cluster has run other fits (with the default, larger blocks) before this one
+    # workers of their own, their peaks (VmHWM) reset before the fit: the module's cluster
+    # has run other fits (with the default, larger blocks) before this one, and a spawned
+    # worker's ru_maxrss carries the size of the pytest process it was forked from
     with _cluster() as client:
+        client.run(reset_peak_rss)
         PerspectiveSpace(engine="dask", client=client, block_bytes=1 << 22).fit(many_queries)
-        peaks = client.run(_peak_rss)
+        peaks = client.run(peak_rss_bytes)
     assert len(peaks) == 2
     assert max(peaks.values()) < WORKER_MEMORY
-
-
-def _peak_rss() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def test_unreachable_scheduler_is_one_line(synthetic):

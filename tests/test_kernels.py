@@ -389,3 +389,15 @@ def test_excluded_self_pairs_fall_back_where_they_would_make_most_distances_nega
     affinity = raw / den
     squared = np.diag(affinity)[:, None] + np.diag(affinity)[None, :] - 2 * affinity
     assert np.mean(squared[np.triu_indices(n, 1)] < 0) > 0.5
+
+
+def test_peak_rss_is_reset_and_rises_with_an_allocation():
+    if not runtime.reset_peak_rss():
+        pytest.skip("no /proc/self/clear_refs: the peak cannot be reset here")
+    base = runtime.peak_rss_bytes()
+    block = np.ones(64 << 17)  # 64 MiB, touched
+    grown = runtime.peak_rss_bytes()
+    del block
+    assert grown - base > 48 << 20
+    runtime.reset_peak_rss()
+    assert runtime.peak_rss_bytes() < grown - (48 << 20)

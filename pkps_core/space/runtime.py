@@ -198,3 +198,37 @@ class WorkerPool:
         executor = getattr(self, "_executor", None)
         if executor is not None:
             executor.shutdown(wait=False)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory since it started or since :func:`reset_peak_rss`.
+
+    Reads ``VmHWM`` from ``/proc/self/status`` where there is one (Linux). ``ru_maxrss``
+    is the fallback elsewhere, but it is a lifetime figure that on Linux also carries the
+    resident size of the parent at the moment a spawned process was forked (a Dask
+    worker started from a large pytest process reports the parent's memory as its own).
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def reset_peak_rss() -> bool:
+    """Start :func:`peak_rss_bytes` again from the current resident size (Linux only).
+
+    Returns False where the kernel offers no reset, and the peak stays a lifetime one.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        return False
+    return True
