@@ -6,7 +6,8 @@ starts ``--workers`` worker processes (one thread each, ``--memory-limit`` each)
 :class:`PerspectiveSpace` with ``engine="dask"`` on an unpaired cache of that size, and
 prints a markdown table: the time, each worker's peak memory, the split of the work
 (tasks by kind, bytes scattered / moved between workers / gathered), the local engine's
-working set the same fit would need in one process, and the projection to a 32-worker
+working set the same fit would need in one process (with ``--local``, measured: the same
+fit on the local engine in this process), and the projection to a 32-worker
 cluster for 10M responses from the throughput measured here.
 """
 
@@ -59,6 +60,11 @@ def main() -> None:
     parser.add_argument("--memory-limit", type=float, default=3.0, help="GiB per worker")
     parser.add_argument("--block-mib", type=int, default=128, help="block_bytes in MiB")
     parser.add_argument("--bandwidth", default="cv", help="cv | median | FLOAT")
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="also fit with the local engine in this process and report its time and peak",
+    )
     args = parser.parse_args()
     import distributed
 
@@ -97,6 +103,7 @@ def main() -> None:
         peaks = client.run(peak_rss_bytes)
         moved = sum(client.run(_sent_bytes).values())
     engine = engines[0]
+    local = _local_fit(prepared, bandwidth, space) if args.local else None
     reports = space.affinity_reports_
     total_flops = sum(
         flops(r.path if r.bandwidth > 0 else "delta", r.rank, n, n_resp, n_q, p) for r in reports
@@ -132,9 +139,29 @@ def main() -> None:
         ("work (counted FLOPs)", f"{total_flops:.3g}"),
         ("measured throughput per worker", f"{per_worker_rate / 1e9:.2f} GFLOP/s"),
     ]
+    if local is not None:
+        rows.insert(2, ("local engine, measured (one process)", local))
     for name, value in rows:
         print(f"| {name} | {value} |")
     _projection(per_worker_rate, p)
+
+
+def _local_fit(prepared, bandwidth, remote) -> str:
+    """The same fit on the local engine in this process: time, peak memory (VmHWM from a
+    reset just before, so it counts the prepared cache this process already holds) and
+    the largest difference of D from the Dask engine's."""
+    import numpy as np
+
+    reset_peak_rss()
+    started = time.perf_counter()
+    space = PerspectiveSpace(query_bandwidth=bandwidth).fit(prepared)
+    seconds = time.perf_counter() - started
+    peak = peak_rss_bytes()
+    gap = float(np.max(np.abs(space.distance_matrix_ - remote.distance_matrix_)))
+    return (
+        f"{seconds:.1f} s, peak {peak / GIB:.2f} GiB; "
+        f"largest difference of D from the Dask engine's {gap:.1e}"
+    )
 
 
 def _projection(rate: float, p: int, workers: int = 32, link: float = 1e9) -> None:

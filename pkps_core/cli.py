@@ -127,10 +127,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _input_records(args: argparse.Namespace) -> pd.DataFrame:
+def _input_records(args: argparse.Namespace, client=None) -> pd.DataFrame:
+    """The records of ``--input`` / ``--db``; a dataset directory with a Dask ``client`` is
+    read and embedded on the cluster."""
     if bool(args.input) == bool(args.db):
         raise RecordsError("give exactly one of --input FILE or --db PATH")
     if args.input and Path(args.input).is_dir():
+        if client is not None:
+            from pkps_core.cli_scale import read_on_cluster
+
+            return read_on_cluster(args.input, client)
         from pkps_core.store.parquet import read_parquet_dataset
 
         return read_parquet_dataset(args.input)
@@ -143,9 +149,9 @@ def _input_records(args: argparse.Namespace) -> pd.DataFrame:
 def cmd_predict(args: argparse.Namespace) -> int:
     from pkps_core.predict import mean_absolute_error, predict, reference_is_sample
 
-    records = _input_records(args)
     started = time.perf_counter()
     with engine_session(args) as engine_params:
+        records = _input_records(args, engine_params.get("client"))
         predictions = predict(
             records,
             args.methods,
@@ -238,7 +244,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     if Path(args.out).suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise RecordsError(f"output {args.out}: unknown file type; use .csv or .parquet")
-    records = _input_records(args)
     space_params = {"response_kernel": args.response_kernel}
     if args.query_components is not None:
         space_params["query_components"] = args.query_components
@@ -250,6 +255,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     with engine_session(args) as engine_params:
+        records = _input_records(args, engine_params.get("client"))
         result = run_protocol(
             records,
             args.protocol,

@@ -1,7 +1,7 @@
 """The command line's scale-out parts: ``--engine dask --scheduler ADDRESS`` for
 ``predict`` / ``evaluate`` (a progress bar and the dashboard link on stderr), and
 ``export --db STORE --to-parquet DIR`` (a Parquet dataset partitioned by task, which
-``--input DIR`` reads)."""
+``--input DIR`` reads: on the cluster, embedding included, with ``--engine dask``)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,20 @@ def engine_session(args: argparse.Namespace) -> Iterator[dict]:
             yield {"engine": "dask", "client": client}
     finally:
         client.close()
+
+
+def read_on_cluster(directory: str, client):
+    """A dataset directory read and embedded on the cluster, with a progress line."""
+    from pkps_core.space.dask_inputs import read_dataset_on_cluster
+
+    started = time.perf_counter()
+    records = read_dataset_on_cluster(directory, client, progress=_progress_line)
+    print(
+        f"dask: read and embedded {len(records):,} records on the cluster in "
+        f"{time.perf_counter() - started:.1f} s",
+        file=sys.stderr,
+    )
+    return records
 
 
 def add_export_parser(sub) -> None:

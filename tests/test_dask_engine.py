@@ -224,6 +224,7 @@ def test_cli_predict_on_the_cluster_from_a_parquet_dataset(client, synthetic, tm
     )  # fmt: skip
     assert remote.returncode == 0, remote.stderr
     assert f"worker(s) at {address}" in remote.stderr and "tasks:" in remote.stderr
+    assert "read and embedded" in remote.stderr  # the dataset was read on the workers
     import pandas as pd
 
     keys = ["method", "model", "task"]
