@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
+
 from bench.caches import make_sized_records
 from pkps_core.records import validate_records
 from pkps_core.space import PerspectiveSpace, prepare_cache
@@ -150,8 +152,6 @@ def _local_fit(prepared, bandwidth, remote) -> str:
     """The same fit on the local engine in this process: time, peak memory (VmHWM from a
     reset just before, so it counts the prepared cache this process already holds) and
     the largest difference of D from the Dask engine's."""
-    import numpy as np
-
     reset_peak_rss()
     started = time.perf_counter()
     space = PerspectiveSpace(query_bandwidth=bandwidth).fit(prepared)

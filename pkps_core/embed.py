@@ -308,6 +308,12 @@ def embed_texts(texts: Sequence[str], embedder: TextEmbedder | None = None) -> n
     return fitted.transform(list(unique))[inverse]
 
 
+def transform_texts(fitted: TextEmbedder, texts: Sequence[str]) -> np.ndarray:
+    """``texts`` embedded by an already fitted embedder, each distinct text once."""
+    unique, inverse = np.unique(np.array(_as_texts(texts), dtype=object), return_inverse=True)
+    return fitted.transform(list(unique))[inverse]
+
+
 def embed_records(records: pd.DataFrame, embedder: TextEmbedder | None = None) -> pd.DataFrame:
     """Fill ``query_embedding`` / ``response_embedding`` from text where they are absent.
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from dask_cluster import WORKER_MEMORY, local_cluster
 
 from bench.caches import make_bench_records
 from pkps_core.predict import predict
@@ -23,29 +23,12 @@ from pkps_core.synthetic import make_synthetic
 
 distributed = pytest.importorskip("distributed")
 
-WORKER_MEMORY = 1 << 30
 SMALL_BLOCKS = 1 << 16  # several model and query blocks even on small caches
-
-
-@contextmanager
-def _cluster():
-    """A client of a fresh LocalCluster: 2 worker processes × 1 thread, WORKER_MEMORY each."""
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=WORKER_MEMORY,
-            dashboard_address=None,
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
 
 
 @pytest.fixture(scope="module")
 def client():
-    with _cluster() as client:
+    with local_cluster() as client:
         yield client
 
 
@@ -149,7 +132,7 @@ def test_workers_stay_under_their_memory_limit(many_queries):
     # workers of their own, their peaks (VmHWM) reset before the fit: the module's cluster
     # has run other fits (with the default, larger blocks) before this one, and a spawned
     # worker's ru_maxrss carries the size of the pytest process it was forked from
-    with _cluster() as client:
+    with local_cluster() as client:
         client.run(reset_peak_rss)
         PerspectiveSpace(engine="dask", client=client, block_bytes=1 << 22).fit(many_queries)
         peaks = client.run(peak_rss_bytes)

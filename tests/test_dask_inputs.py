@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from dask_cluster import local_cluster
 
 from pkps_core.embed import TfidfSvdEmbedder, embed_records
 from pkps_core.records import RecordsError
@@ -22,16 +23,7 @@ KEYS = ["task", "model", "query_id"]
 
 @pytest.fixture(scope="module")
 def client():
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit="1GiB",
-            dashboard_address=None,
-        ) as cluster,
-        distributed.Client(cluster) as session,
-    ):
+    with local_cluster() as session:
         yield session
 
 

@@ -25,14 +25,13 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from sklearn.base import clone
 
-from pkps_core.embed import TextEmbedder, default_embedder
+from pkps_core.embed import TextEmbedder, default_embedder, transform_texts
 from pkps_core.records import RecordsError
 
 SAMPLE_TEXTS = 50_000  # distinct texts per kind the embedders are fitted on
@@ -94,14 +93,10 @@ def embed_file(
 ) -> pd.DataFrame:
     """``frame`` with ``response_embedding`` / ``query_embedding`` from fitted embedders."""
     out = frame.copy()
-    if response_embedder is not None:
-        texts = out["response"].astype(str)
-        unique, inverse = np.unique(texts.to_numpy(dtype=object), return_inverse=True)
-        out["response_embedding"] = list(response_embedder.transform(list(unique))[inverse])
-    if query_embedder is not None:
-        texts = out["query"].astype(str)
-        unique, inverse = np.unique(texts.to_numpy(dtype=object), return_inverse=True)
-        out["query_embedding"] = list(query_embedder.transform(list(unique))[inverse])
+    for column, fitted in (("response", response_embedder), ("query", query_embedder)):
+        if fitted is not None:
+            texts = out[column].astype(str).tolist()
+            out[f"{column}_embedding"] = list(transform_texts(fitted, texts))
     return out
 
 
