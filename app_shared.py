@@ -26,6 +26,7 @@ from pkps_core.records import cell_table
 from pkps_core.space import PerspectiveSpace, PreparedCache, prepare_cache
 from pkps_core.store import Store
 from pkps_core.views.columns import column_help
+from pkps_core.views.widths import column_widths
 
 STORE_ENV = "PKPS_STORE"
 # Page scripts, relative to app.py (st.Page, st.page_link and AppTest.switch_page take these).
@@ -40,19 +41,32 @@ def column_tooltips(frame) -> dict:
     """``column_config`` giving each of ``frame``'s columns its meaning as a tooltip."""
     data = frame.data if isinstance(getattr(frame, "data", None), pd.DataFrame) else frame  # Styler
     columns = list(getattr(data, "columns", []))
-    index_name = getattr(getattr(data, "index", None), "name", None)
-    names = [*columns, *([index_name] if index_name else [])]
+    index_names = [n for n in getattr(getattr(data, "index", None), "names", []) if n]
+    names = [*columns, *index_names]
     return {name: st.column_config.Column(help=text) for name, text in column_help(names).items()}
 
 
-def table(frame, *, column_config: dict | None = None, **kwargs):
-    """``st.dataframe`` with every column's meaning as its header tooltip
-    (:func:`pkps_core.views.columns.column_help`); ``column_config`` entries win."""
+def table_config(frame, column_config: dict | None = None, *, hide_index=None) -> dict:
+    """``column_config`` for ``frame``: every column's meaning as its header tooltip
+    (:func:`pkps_core.views.columns.column_help`) and a pixel width that fits its header
+    and its longest cell (:func:`pkps_core.views.widths.column_widths`, capped for long
+    free text); ``column_config`` entries win, and keep a width they give."""
     config = column_tooltips(frame)
     for name, given in (column_config or {}).items():
+        if isinstance(given, str):
+            given = st.column_config.Column(given)
         if isinstance(given, dict) and not given.get("help") and name in config:
             given = {**given, "help": config[name]["help"]}
         config[name] = given
+    for name, width in column_widths(frame, config, hide_index=hide_index).items():
+        config[name] = {**(config.get(name) or {}), "width": width}
+    return config
+
+
+def table(frame, *, column_config: dict | None = None, **kwargs):
+    """``st.dataframe`` with :func:`table_config`'s tooltips and widths (no header or
+    cell cut at the column's edge, bar capped long text)."""
+    config = table_config(frame, column_config, hide_index=kwargs.get("hide_index"))
     return st.dataframe(frame, column_config=config, **kwargs)
 
 

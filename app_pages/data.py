@@ -149,7 +149,7 @@ with st.expander("Families: see and edit", expanded=bool(saved and saved[:2] == 
     edited = st.data_editor(
         family_rows,
         disabled=["model", "derived", "suggested"],
-        column_config=shared.column_tooltips(family_rows),
+        column_config=shared.table_config(family_rows, hide_index=True),
         hide_index=True,
         width="stretch",
         key="family_editor",
