@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pkps_core import trust
+from pkps_core import trust, views
 from pkps_core.predict import build_context, predict
 from pkps_core.protocols import full_scores, mask_split, prepare_records
 from pkps_core.synthetic import make_synthetic
@@ -116,6 +116,18 @@ def test_a_target_better_than_every_reference_is_warned_and_says_why():
     # The sample score uses no references: never flagged. Flags and reasons agree.
     assert not frame.loc[frame["method"] == "sample", "extrapolation"].any()
     assert (frame["extrapolation"] == (frame["extrapolation_reason"] != "")).all()
+    # The cell table names the checks in short labels and the methods that warned.
+    cells = views.cell_overview(frame, ["sample", "pkps", "ensemble"]).set_index("model")
+    frontier = cells.loc["frontier/new"]
+    assert frontier["extrapolation"].all()
+    assert (frontier["warned_by"] == "pkps, ensemble").all()
+    labels = frontier["extrapolation_reason"].str.split("; ")
+    assert labels.map(lambda found: "above every reference (model)" in found).all()
+    assert labels.map(lambda found: "interval widened" in found).any()
+    assert frontier["extrapolation_reason"].str.len().max() < 80
+    assert (cells.loc["ordinary/new", "warned_by"] == "").all() or not cells.loc[
+        "ordinary/new", "extrapolation_reason"
+    ].str.contains("(model)", regex=False).any()
 
 
 def test_widening_touches_only_warned_cells_with_responses_and_an_interval():

@@ -16,6 +16,7 @@ from pkps_core.trust.extrapolation import (
     extrapolation_warnings,
     own_sample_interval,
     pooled_score_position,
+    reason_words,
     region_budget,
     region_distances,
     widen_warned,
@@ -33,6 +34,7 @@ from pkps_core.trust.intervals import (
 from pkps_core.trust.next_cells import NEXT_COLUMNS, coverage_table, next_cells
 
 __all__ = [
+    "reason_words",
     "DEFAULT_LEVEL",
     "MAX_FOLDS",
     "NEXT_COLUMNS",

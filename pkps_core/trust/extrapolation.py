@@ -14,8 +14,6 @@ References
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 from scipy.stats import norm
@@ -29,10 +27,11 @@ from pkps_core.trust.cells import (
     score_range,
     task_item_sd,
 )
-from pkps_core.trust.intervals import DEFAULT_LEVEL
+from pkps_core.trust.intervals import DEFAULT_LEVEL, OUTLIER_ALPHA, conformal_outlier_threshold
+from pkps_core.trust.responses import length_reason, response_length_outliers
 
 # Level of the region check's conformal outlier test (see region_distances).
-REGION_ALPHA = 0.05
+REGION_ALPHA = OUTLIER_ALPHA
 # One-sided 95 % normal quantile: how many standard errors a sample score must lie beyond
 # the references' range before it counts as beyond it.
 SAMPLE_Z = 1.645
@@ -46,23 +45,6 @@ def _nearest_reference(
 ) -> np.ndarray:
     usable = allowed[:, :, None] & np.isfinite(references)[None, :, :]
     return np.where(usable, distances[:, :, None], np.inf).min(axis=1)
-
-
-def conformal_outlier_threshold(values: np.ndarray, alpha: float = REGION_ALPHA) -> float:
-    """The smallest threshold whose exceedance is a conformal outlier at level ``alpha``.
-
-    A new value d has conformal p-value ``(1 + #{values ≥ d}) / (n + 1)`` against the
-    ``n`` finite calibration ``values``; ``p ≤ alpha`` exactly when d exceeds the
-    ``(c + 1)``-th largest value, ``c = floor(alpha · (n + 1) − 1)``. Under
-    exchangeability of d with the values, ``P(d > threshold) ≤ alpha``. ``inf`` (never
-    exceeded) when ``c < 0``: fewer than ``1 / alpha − 1`` values.
-    """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    finite = np.asarray(values, dtype=float).ravel()
-    finite = np.sort(finite[np.isfinite(finite)])[::-1]
-    c = math.floor(alpha * (len(finite) + 1) - 1 + 1e-9)
-    return float(finite[c]) if c >= 0 else float("inf")
 
 
 def region_budget(context: PredictionContext) -> np.ndarray:
@@ -216,7 +198,7 @@ def extrapolation_warnings(
     """Flag cells whose prediction extrapolates beyond the references.
 
     Every predicted cell of every method but ``sample`` (which uses no references) is
-    flagged when at least one of three checks fires. "References" are the models whose
+    flagged when at least one of four checks fires. "References" are the models whose
     references the cell's holdout allows (under family holdout: other families; never a
     target).
 
@@ -249,6 +231,13 @@ def extrapolation_warnings(
        A_ii, and fewer responses estimate the kernel mean with more noise — so a threshold
        from the fully observed references flags thin but ordinary models (on AlpacaEval,
        about half of the random-split targets).
+
+    4. **The model answers unlike every reference** (model level, new models only):
+       its mean log response length lies beyond the allowed references' range by more
+       than the shadows' do at the targets' budget, a conformal outlier at 5 %
+       (:func:`pkps_core.trust.responses.response_length_outliers`). The only check that
+       can fire on a model observed by its responses alone when the space does not set
+       it apart: on AlpacaEval it is what finds the FuseChat models.
 
     Why not "the prediction sits at the edge of the references' range": measured under
     the second paper's splits (``bench/trust_table.py``) it says more about the method
@@ -307,6 +296,10 @@ def extrapolation_warnings(
                 f"model's pooled sample score {row.pooled:.3g} {where} below every "
                 f"reference's (min {row.ref_min:.3g}) by more than {SAMPLE_Z} SE ({row.se:.2g})"
             )
+    lengths, features, _ = response_length_outliers(context)
+    for i in np.flatnonzero(lengths):  # check 4
+        said = length_reason(context, i, features)
+        model_reason[i] = f"{model_reason[i]}; {said}" if model_reason[i] else said
     for i, t in zip(*np.nonzero(np.isfinite(prediction)), strict=True):
         why = [model_reason[i]] if model_reason[i] else []
         if n_refs[i, t] >= 2 and np.isfinite(sample[i, t]):
@@ -382,3 +375,68 @@ def widen_warned(
     new_upper = np.where(usable, np.fmax(upper, own_high), upper)
     widened = usable & ((new_lower < lower) | (new_upper > upper))
     return new_lower, new_upper, widened
+
+
+# The checks' reasons (extrapolation_warnings) in words: (marks of the reason's text,
+# the sentence part "it …", the short label tables show).
+REASON_WORDS = (
+    (
+        ("pooled sample score", "above every"),
+        "scores above every reference's over all its tasks",
+        "above every reference (model)",
+    ),
+    (
+        ("pooled sample score", "below every"),
+        "scores below every reference's over all its tasks",
+        "below every reference (model)",
+    ),
+    (
+        ("own sample score", "above every reference"),
+        "scores above every reference on this task",
+        "above every reference (task)",
+    ),
+    (
+        ("own sample score", "below every reference"),
+        "scores below every reference on this task",
+        "below every reference (task)",
+    ),
+    (
+        ("outside the references' region",),
+        "lies outside the references' region of the perspective space",
+        "outside the region",
+    ),
+    (
+        ("responses longer than every reference's",),
+        "answers at greater length than every reference",
+        "longer responses than every reference",
+    ),
+    (
+        ("responses shorter than every reference's",),
+        "answers more briefly than every reference",
+        "shorter responses than every reference",
+    ),
+    (
+        ("interval is the score range",),
+        "has the score range as its interval: nothing observed like it bounds it",
+        "interval: the score range",
+    ),
+    (
+        ("interval widened",),
+        "has its interval widened to hold its own sampling interval",
+        "interval widened",
+    ),
+)
+
+
+def reason_words(reason: str, *, short: bool = False) -> list[str]:
+    """The checks named in an ``extrapolation_reason`` (:func:`extrapolation_warnings`),
+    each as a sentence part ("scores above every reference on this task") or, with
+    ``short``, as a table's label ("above every reference (task)"); the reason itself when
+    no check's words are found in it (empty for an empty reason)."""
+    reason = str(reason or "")
+    said = [
+        label if short else part
+        for marks, part, label in REASON_WORDS
+        if all(mark in reason for mark in marks)
+    ]
+    return said or ([reason] if reason else [])

@@ -36,6 +36,8 @@ from pkps_core.trust.cells import (
 DEFAULT_LEVEL = 0.9
 MAX_FOLDS = 10
 SIGMA_FLOOR = 1e-3
+# Level of the conformal outlier tests of the extrapolation checks (region, response length).
+OUTLIER_ALPHA = 0.05
 
 
 def conformal_quantile(scores: np.ndarray, level: float = DEFAULT_LEVEL) -> float:
@@ -54,6 +56,23 @@ def conformal_quantile(scores: np.ndarray, level: float = DEFAULT_LEVEL) -> floa
         return float("nan")
     rank = math.ceil(level * (n + 1) - 1e-9)
     return float(values[rank - 1]) if rank <= n else float("inf")
+
+
+def conformal_outlier_threshold(values: np.ndarray, alpha: float = OUTLIER_ALPHA) -> float:
+    """The smallest threshold whose exceedance is a conformal outlier at level ``alpha``.
+
+    A new value d has conformal p-value ``(1 + #{values ≥ d}) / (n + 1)`` against the
+    ``n`` finite calibration ``values``; ``p ≤ alpha`` exactly when d exceeds the
+    ``(c + 1)``-th largest value, ``c = floor(alpha · (n + 1) − 1)``. Under
+    exchangeability of d with the values, ``P(d > threshold) ≤ alpha``. ``inf`` (never
+    exceeded) when ``c < 0``: fewer than ``1 / alpha − 1`` values.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    finite = np.asarray(values, dtype=float).ravel()
+    finite = np.sort(finite[np.isfinite(finite)])[::-1]
+    c = math.floor(alpha * (len(finite) + 1) - 1 + 1e-9)
+    return float(finite[c]) if c >= 0 else float("inf")
 
 
 def grouped_conformal_quantile(
@@ -215,14 +234,20 @@ def normalised_residuals(
 
 
 def shadow_residuals(
-    context: PredictionContext, prediction: np.ndarray, sigma: np.ndarray
+    context: PredictionContext,
+    prediction: np.ndarray,
+    sigma: np.ndarray,
+    calibrate: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Calibration scores ``|ŷ − truth| / σ`` on the shadows' cells (see
     :mod:`pkps_core.methods.shadows`): the references observed like the targets, predicted
     from the other families' references and judged against their own full references;
-    and each score's family (the unit of :func:`grouped_conformal_quantile`)."""
+    and each score's family (the unit of :func:`grouped_conformal_quantile`).
+    ``calibrate`` (cells × tasks, bool) keeps only those shadow cells."""
     truth = context.calibration_truth
     usable = context.shadows[:, None] & np.isfinite(truth) & np.isfinite(prediction) & (sigma > 0)
+    if calibrate is not None:
+        usable &= calibrate
     families = np.broadcast_to(context.families[:, None], usable.shape)
     return np.abs(prediction - truth)[usable] / sigma[usable], families[usable]
 
@@ -258,6 +283,7 @@ def prediction_intervals(
     *,
     n_folds: int = MAX_FOLDS,
     unit: str = "cells",
+    calibrate: np.ndarray | None = None,
 ) -> Intervals:
     """Split-conformal intervals of ``method``'s ``prediction`` at coverage ``level``.
 
@@ -275,6 +301,9 @@ def prediction_intervals(
     unit : {"cells", "families"}, default="cells"
         What the shadows' conformal quantile treats as exchangeable: cells
         (:func:`conformal_quantile`) or families (:func:`grouped_conformal_quantile`).
+    calibrate : ndarray of bool (n_models, n_tasks), optional
+        With shadows, only these shadow cells calibrate (a Mondrian group: e.g. the
+        cells no extrapolation check warned, :func:`pkps_core.trust.trust_columns`).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
@@ -287,7 +316,7 @@ def prediction_intervals(
     n_calibration = np.zeros(n_models, dtype=int)
     sigma = difficulty(context, method, context.training_references, context.allowed("family"))
     if context.has_shadows:
-        scores, families = shadow_residuals(context, prediction, sigma)
+        scores, families = shadow_residuals(context, prediction, sigma, calibrate)
         if unit == "families":
             quantile[:] = grouped_conformal_quantile(scores, families, level)
         else:

@@ -43,6 +43,7 @@ COLUMN_HELP = {
     "mean_width": "mean interval width over the cells with an interval",
     "extrapolation": "warned: the cell lies beyond the references (see the reason)",
     "extrapolation_reason": "which extrapolation checks fired",
+    "warned_by": "the methods whose prediction for this cell an extrapolation check warned",
     "extrapolation_cells": "cells with an extrapolation warning",
     "MAE": "mean absolute error against the reference score",
     "cells": "cells counted",

@@ -21,7 +21,7 @@ from scipy.stats import norm
 from pkps_core.methods.stacking import ensemble_weights
 from pkps_core.predict import build_context, predict
 from pkps_core.records import RecordsError, cell_table, validate_records
-from pkps_core.trust import next_cells, task_query_counts
+from pkps_core.trust import next_cells, reason_words, task_query_counts
 from pkps_core.views.space import nearest_neighbours, similar_query_responses
 
 METHOD = "ensemble"
@@ -192,19 +192,7 @@ def warning_sentences(tasks: pd.DataFrame) -> list[str]:
     out = []
     for row in tasks[tasks["extrapolation"].astype(bool)].itertuples():
         reason = str(row.extrapolation_reason)
-        said = []
-        if "pooled sample score" in reason and "above every" in reason:
-            said.append("its scores over all its tasks are above every reference's")
-        if "pooled sample score" in reason and "below every" in reason:
-            said.append("its scores over all its tasks are below every reference's")
-        if "own sample score" in reason and "above every reference" in reason:
-            said.append("it scores above every reference on this task")
-        if "own sample score" in reason and "below every reference" in reason:
-            said.append("it scores below every reference on this task")
-        if "outside the references' region" in reason:
-            said.append("it lies outside the references' region of the perspective space")
-        if not said:
-            said.append(reason)
+        said = ["it " + part if part != reason else part for part in reason_words(reason)]
         out.append(f"Task {row.task}: " + "; ".join(said) + ".")
     return out
 

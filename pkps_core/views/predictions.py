@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.predict import OUTPUT_COLUMNS
+from pkps_core.trust import reason_words
 
 
 def mae_table(predictions: pd.DataFrame, models: Sequence[str] | None = None) -> pd.DataFrame:
@@ -138,7 +139,9 @@ def interval_table(predictions: pd.DataFrame, models: Sequence[str] | None = Non
 def cell_overview(predictions: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """One row per (model, task): the cell's facts, each method's prediction, and the
     extrapolation warnings (``extrapolation``: any method warned; ``extrapolation_reason``:
-    ``method: reason`` for each method that did)."""
+    the checks that fired, as short labels (:func:`pkps_core.trust.reason_words`; the
+    full reasons, with their numbers, are in the predictions' own column);
+    ``warned_by``: the methods that warned)."""
     wide = predictions.pivot_table(
         index=["model", "task"], columns="method", values="prediction", dropna=False, sort=True
     ).reindex(columns=list(methods))
@@ -146,14 +149,17 @@ def cell_overview(predictions: pd.DataFrame, methods: Sequence[str]) -> pd.DataF
         ["sample_score", "n_responses", "reference_score"]
     ]
     warned = predictions[predictions["extrapolation"].astype(bool)]
-    reasons = (
-        (warned["method"] + ": " + warned["extrapolation_reason"])
-        .groupby([warned["model"], warned["task"]])
-        .agg(" | ".join)
-        .rename("extrapolation_reason")
+    cells = warned.groupby(["model", "task"], sort=False)
+    labels = cells["extrapolation_reason"].agg(
+        lambda reasons: "; ".join(
+            dict.fromkeys(w for r in reasons for w in reason_words(r, short=True))
+        )
     )
-    table = info.join(wide).join(reasons)
-    table["extrapolation_reason"] = table["extrapolation_reason"].fillna("")
+    by = cells["method"].agg(lambda names: ", ".join(m for m in methods if m in set(names)))
+    table = info.join(wide).join(labels.rename("extrapolation_reason"))
+    table = table.join(by.rename("warned_by"))
+    for column in ("extrapolation_reason", "warned_by"):
+        table[column] = table[column].fillna("")
     table.insert(
         len(info.columns) + len(wide.columns), "extrapolation", table["extrapolation_reason"] != ""
     )

@@ -1,0 +1,142 @@
+"""The response-length extrapolation check and the intervals of warned new models
+(issue 15: coverage where a new model answers unlike every reference)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pkps_core import trust
+from pkps_core.methods import METHODS
+from pkps_core.predict import build_context, predict
+from pkps_core.protocols import mask_new_model, prepare_records
+from pkps_core.synthetic import make_synthetic
+from pkps_core.trust.intervals import prediction_intervals
+from pkps_core.trust.responses import length_features, response_length_outliers
+
+SPACE = {"query_bandwidth": "median", "random_state": 0}
+
+
+def _with_texts(records: pd.DataFrame, seed: int, long_models=()) -> pd.DataFrame:
+    """Response texts whose lengths follow a per-model typical length (log-normal around
+    400 characters); ``long_models`` answer at ten times that."""
+    rng = np.random.default_rng(seed)
+    models = records["model"].unique()
+    typical = dict(zip(models, rng.normal(np.log(400), 0.25, len(models)), strict=True))
+    for model in long_models:
+        typical[model] = np.log(4000)
+    log_length = records["model"].map(typical) + rng.normal(0, 0.4, len(records))
+    lengths = np.maximum(np.exp(log_length).astype(int), 1)
+    return records.assign(response=["x" * n for n in lengths])
+
+
+@pytest.fixture(scope="module")
+def cache():
+    synthetic = make_synthetic(
+        n_models=36, n_tasks=3, budget=16, rho=1.0, pool_size=16, random_state=3
+    )
+    return prepare_records(synthetic.records)
+
+
+def test_length_feature_is_the_mean_log_length_per_model(cache):
+    records = _with_texts(cache, seed=0)
+    context = build_context(records, holdout="family", space_params=SPACE)
+    features = length_features(context)
+    expected = (np.log1p(records["response"].str.len()).groupby(records["model"]).mean()).reindex(
+        context.models
+    )
+    np.testing.assert_allclose(features, expected.to_numpy())
+
+
+@pytest.mark.parametrize("mode", ["responses-only", "scored"])
+def test_a_new_model_with_long_answers_is_warned_and_ordinary_ones_are_not(cache, mode):
+    masked, targets = mask_new_model(cache, 2, mode=mode, target_share=0.25, seed=1)
+    targets = sorted(targets)
+    long_model = targets[0]
+    records = _with_texts(masked, seed=1, long_models=[long_model])
+    context = build_context(records, holdout="family", targets=targets, space_params=SPACE)
+    flags, features, threshold = response_length_outliers(context)
+    position = {m: i for i, m in enumerate(context.models)}
+    assert np.isfinite(threshold) and context.shadows.sum() >= 19
+    assert flags[position[long_model]]
+    # (the other targets answer like the references: their false-alarm rate is measured
+    # in test_ordinary_new_models_are_rarely_warned)
+    # Only targets (shadows included) are ever flagged, never a reference.
+    assert not flags[~context.targets].any()
+    frame = predict(context, ["pkps", "ensemble"], intervals=0.9)
+    mine = frame[frame["model"] == long_model]
+    assert mine["extrapolation"].all()
+    assert mine["extrapolation_reason"].str.contains("responses longer than every reference").all()
+    words = trust.reason_words(mine["extrapolation_reason"].iloc[0], short=True)
+    assert "longer responses than every reference" in words
+    low, high = trust.score_range(context)
+    if mode == "responses-only":
+        # Nothing of its own bounds it and nothing observed like it vouches for less.
+        assert (mine["lower"] == low).all() and (mine["upper"] == high).all()
+        assert mine["extrapolation_reason"].str.contains("interval is the score range").all()
+    else:
+        # Its own (two) scored responses exist: the score range is not forced on it.
+        assert not mine["extrapolation_reason"].str.contains("score range").any()
+    ordinary = frame[frame["model"].isin(targets[1:]) & ~frame["extrapolation"]]
+    assert len(ordinary) and ((ordinary["upper"] - ordinary["lower"]) < high - low).all()
+
+
+def test_ordinary_new_models_are_rarely_warned(cache):
+    """Targets whose answers are exchangeable with the references' fire with probability
+    at most 5 % (the conformal test against the shadows at their budget)."""
+    fired, seen = 0, 0
+    for seed in range(8):
+        masked, targets = mask_new_model(cache, 2, mode="responses-only", seed=10 + seed)
+        records = _with_texts(masked, seed=10 + seed)
+        context = build_context(
+            records, holdout="family", targets=list(targets), space_params=SPACE
+        )
+        flags, _, threshold = response_length_outliers(context)
+        assert np.isfinite(threshold)
+        real = context.targets & ~context.shadows
+        fired, seen = fired + int(flags[real].sum()), seen + int(real.sum())
+    assert seen >= 60
+    assert fired / seen <= 0.1, (fired, seen)
+
+
+def test_the_check_needs_shadows_and_texts(cache):
+    records = _with_texts(cache, seed=2)
+    context = build_context(records, holdout="family", space_params=SPACE)
+    flags, _, threshold = response_length_outliers(context)
+    assert not flags.any() and threshold == np.inf  # no new models: no shadows
+    masked, targets = mask_new_model(cache, 2, mode="responses-only", seed=2)
+    context = build_context(masked, holdout="family", targets=list(targets), space_params=SPACE)
+    flags, features, _ = response_length_outliers(context)
+    assert not flags.any() and np.isnan(features).all()  # embeddings only: no texts
+
+
+def test_mondrian_calibration_reads_only_the_unwarned_shadow_cells(cache):
+    masked, targets = mask_new_model(cache, 2, mode="responses-only", seed=4)
+    targets = sorted(targets)
+    long_reference = sorted(set(masked["model"]) - set(targets))[0]
+    records = _with_texts(masked, seed=4, long_models=[targets[0], long_reference])
+    context = build_context(records, holdout="family", targets=targets, space_params=SPACE)
+    prediction = METHODS["pkps"](context).prediction
+    flags, _ = trust.extrapolation_warnings(context, "pkps", prediction)
+    # The long reference's shadows answer unlike every other family: they set the
+    # threshold (the conformal test's largest calibration scores), and the longer exceeds it.
+    long_shadows = context.shadows & np.char.startswith(
+        context.models.astype(str), long_reference + " [shadow"
+    )
+    assert long_shadows.sum() == 2 and flags[long_shadows].all(axis=1).any()
+    pooled = prediction_intervals(context, "pkps", prediction)
+    clean = prediction_intervals(context, "pkps", prediction, calibrate=~flags)
+    usable = (
+        context.shadows[:, None]
+        & np.isfinite(context.calibration_truth)
+        & np.isfinite(prediction)
+        & (pooled.sigma > 0)
+    )
+    assert pooled.n_calibration[0] == usable.sum()
+    assert clean.n_calibration[0] == (usable & ~flags).sum() < usable.sum()
+    # predict's intervals: unwarned cells follow the Mondrian (clean) calibration.
+    frame = predict(context, ["pkps"], intervals=0.9).set_index(["model", "task"])
+    position = {m: i for i, m in enumerate(context.models)}
+    for (model, task), row in frame[~frame["extrapolation"]].iterrows():
+        i, t = position[model], list(context.tasks).index(task)
+        assert row["lower"] == pytest.approx(clean.lower[i, t])
+        assert row["upper"] == pytest.approx(clean.upper[i, t])
