@@ -10,6 +10,7 @@ from pkps_core.methods import METHODS
 from pkps_core.predict import build_context, predict
 from pkps_core.protocols import mask_new_model, prepare_records
 from pkps_core.synthetic import make_synthetic
+from pkps_core.trust.columns import trust_columns
 from pkps_core.trust.intervals import prediction_intervals
 from pkps_core.trust.responses import length_features, response_length_outliers
 
@@ -74,8 +75,14 @@ def test_a_new_model_with_long_answers_is_warned_and_ordinary_ones_are_not(cache
         assert (mine["lower"] == low).all() and (mine["upper"] == high).all()
         assert mine["extrapolation_reason"].str.contains("interval is the score range").all()
     else:
-        # Its own (two) scored responses exist: the score range is not forced on it.
+        # Its own two scored responses bound it: its interval holds their sampling
+        # interval, with the item SD at least the Bhatia–Davis bound, not the score range.
+        own_low, own_high = trust.own_sample_interval(context, 0.9, bounded=True)
+        for row in mine.itertuples():
+            i, t = position[long_model], list(context.tasks).index(row.task)
+            assert row.lower <= own_low[i, t] + 1e-12 and row.upper >= own_high[i, t] - 1e-12
         assert not mine["extrapolation_reason"].str.contains("score range").any()
+        assert ((mine["upper"] - mine["lower"]) < high - low).any()
     ordinary = frame[frame["model"].isin(targets[1:]) & ~frame["extrapolation"]]
     assert len(ordinary) and ((ordinary["upper"] - ordinary["lower"]) < high - low).all()
 
@@ -133,10 +140,33 @@ def test_mondrian_calibration_reads_only_the_unwarned_shadow_cells(cache):
     )
     assert pooled.n_calibration[0] == usable.sum()
     assert clean.n_calibration[0] == (usable & ~flags).sum() < usable.sum()
-    # predict's intervals: unwarned cells follow the Mondrian (clean) calibration.
-    frame = predict(context, ["pkps"], intervals=0.9).set_index(["model", "task"])
-    position = {m: i for i, m in enumerate(context.models)}
-    for (model, task), row in frame[~frame["extrapolation"]].iterrows():
-        i, t = position[model], list(context.tasks).index(task)
-        assert row["lower"] == pytest.approx(clean.lower[i, t])
-        assert row["upper"] == pytest.approx(clean.upper[i, t])
+    # warned_intervals="mondrian": unwarned cells follow the clean calibration; the
+    # default ("bounded") calibrates every cell on every shadow cell.
+    for rule, expected in (("mondrian", clean), ("bounded", pooled)):
+        columns = trust_columns(context, "pkps", prediction, 0.9, warned_intervals=rule)
+        unwarned = ~columns["extrapolation"] & np.isfinite(prediction)
+        np.testing.assert_allclose(columns["lower"][unwarned], expected.lower[unwarned])
+        np.testing.assert_allclose(columns["upper"][unwarned], expected.upper[unwarned])
+    with pytest.raises(ValueError, match="warned_intervals"):
+        trust_columns(context, "pkps", prediction, warned_intervals="pooled")
+
+
+def test_bounded_own_interval_uses_at_least_the_bhatia_davis_sd(cache):
+    masked, targets = mask_new_model(cache, 4, mode="scored", seed=5)
+    context = build_context(masked, holdout="family", targets=list(targets), space_params=SPACE)
+    low, high = trust.score_range(context)
+    plain_low, plain_high = trust.own_sample_interval(context, 0.9)
+    bound_low, bound_high = trust.own_sample_interval(context, 0.9, bounded=True)
+    x, n = context.sample, np.maximum(context.n_responses, 1)
+    sd = np.fmax(context.item_sd()[None, :], np.sqrt((high - x) * (x - low)))
+    expected = np.clip(x + 1.6448536 * sd / np.sqrt(n), low, high)
+    scored = np.isfinite(x)
+    np.testing.assert_allclose(bound_high[scored], expected[scored], atol=1e-6)
+    # never narrower than the pooled-SD interval, and wider where the cell sits mid-range
+    assert (bound_high[scored] >= plain_high[scored] - 1e-12).all()
+    assert (bound_low[scored] <= plain_low[scored] + 1e-12).all()
+    middle = scored & (np.abs(x - (low + high) / 2) < 0.2 * (high - low))
+    assert (
+        middle.any()
+        and (bound_high - bound_low)[middle].mean() > (plain_high - plain_low)[middle].mean()
+    )

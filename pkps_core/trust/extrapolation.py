@@ -326,16 +326,28 @@ def extrapolation_warnings(
 
 
 def own_sample_interval(
-    context: PredictionContext, level: float = DEFAULT_LEVEL
+    context: PredictionContext, level: float = DEFAULT_LEVEL, *, bounded: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per cell, the normal-approximation interval of its full-task score from its own
     responses alone: ``sample ± z · s_t / sqrt(n)`` (``z`` the two-sided normal quantile of
     ``level``, ``s_t`` the task's pooled within-cell item SD), clipped to the score range.
     NaN where the cell has no scored responses. It reads no reference, so it does not
     depend on where the references lie (the finite-population correction is left out,
-    which only widens it)."""
-    half = float(norm.ppf(0.5 + level / 2.0)) * sampling_error(context)
+    which only widens it).
+
+    With ``bounded``, the item SD is at least the Bhatia–Davis bound at the cell's sample
+    score, ``sqrt((high − x̄)(x̄ − low))`` (the largest SD scores in [low, high] with that
+    mean can have): the pooled ``s_t`` is dominated by the many models near the range's
+    edge and understates the spread of a model in its middle — the warned cells whose
+    interval this is meant to hold."""
     low, high = score_range(context)
+    error = sampling_error(context)
+    if bounded:
+        with np.errstate(invalid="ignore"):
+            spread = np.sqrt(np.clip((high - context.sample) * (context.sample - low), 0, None))
+            n = np.maximum(context.n_responses, 1)
+            error = np.fmax(error, spread / np.sqrt(n))
+    half = float(norm.ppf(0.5 + level / 2.0)) * error
     with np.errstate(invalid="ignore"):
         return (
             np.clip(context.sample - half, low, high),
@@ -349,6 +361,9 @@ def widen_warned(
     upper: np.ndarray,
     flags: np.ndarray,
     level: float = DEFAULT_LEVEL,
+    *,
+    min_responses: int = WIDEN_MIN_RESPONSES,
+    bounded: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Warned cells' intervals stretched to also hold the cell's own sampling interval.
 
@@ -368,9 +383,9 @@ def widen_warned(
     lower, upper : ndarray (n_models, n_tasks)
     widened : ndarray of bool — where the interval changed.
     """
-    own_low, own_high = own_sample_interval(context, level)
+    own_low, own_high = own_sample_interval(context, level, bounded=bounded)
     usable = flags & np.isfinite(lower) & np.isfinite(upper) & np.isfinite(own_low)
-    usable &= context.n_responses >= WIDEN_MIN_RESPONSES
+    usable &= context.n_responses >= min_responses
     new_lower = np.where(usable, np.fmin(lower, own_low), lower)
     new_upper = np.where(usable, np.fmax(upper, own_high), upper)
     widened = usable & ((new_lower < lower) | (new_upper > upper))
