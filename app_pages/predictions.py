@@ -237,7 +237,9 @@ with cells_tab:
             f"Highlighted: {int(table['extrapolation'].sum())} cell(s) whose prediction "
             "extrapolates beyond the references: the model's sample score (pooled over its "
             "tasks, or the cell's own) lies beyond the references' range, or the model lies "
-            "outside their region of the perspective space. The reason column says which."
+            "outside their region of the perspective space, or (a new model) it answers at "
+            "lengths unlike every reference's. The reason column says which; warned_by, "
+            "for which methods."
         )
         shown = table.style.apply(
             lambda row: ["background-color: #fde2b8" if row["extrapolation"] else ""] * len(row),

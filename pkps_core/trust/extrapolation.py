@@ -376,7 +376,9 @@ def widen_warned(
     :func:`own_sample_interval`. Thinner warned cells (with one response the sampling
     interval spans most of the score range: widening by it over-covered, 0.95–0.96 at one
     query per cell), cells without responses (completion) and cells without a calibrated
-    interval are left as they are; their warning is the signal.
+    interval are left as they are; their warning is the signal. That is the rule of the
+    papers' protocols; with new models (:mod:`pkps_core.trust.columns`) the cells widen
+    from ``min_responses=1`` with the ``bounded`` SD of :func:`own_sample_interval`.
 
     Returns
     -------
