@@ -29,7 +29,7 @@ import pandas as pd
 from pkps_core.predict import build_context, predict
 from pkps_core.protocols import full_scores, mask_query_efficiency, mask_split, prepare_records
 from pkps_core.synthetic import make_synthetic
-from pkps_core.trust import coverage_table
+from pkps_core.trust import coverage_table, reason_words
 
 ALPACA = Path(__file__).resolve().parents[2] / "shared/data/alpaca_eval/alpaca_eval_40.parquet"
 COVERAGE_METHODS = ["sample", "pkps", "ensemble"]
@@ -130,20 +130,10 @@ def seed_table(extrapolation: pd.DataFrame, interpolation: pd.DataFrame) -> pd.D
     return table.unstack("seed").swaplevel(axis=1).sort_index(axis=1, level=0, sort_remaining=False)
 
 
-REASON_KINDS = (
-    ("model's pooled sample score", "model's pooled score {side} every reference"),
-    ("own sample score", "cell's own score {side} every reference"),
-    ("outside the references' region", "outside the references' region"),
-)
-
-
 def reason_kind(reason: str) -> str:
-    """The check a reason clause comes from, without its numbers."""
-    side = "above" if " above every " in reason else "below"
-    for prefix, kind in REASON_KINDS:
-        if reason.startswith(prefix):
-            return kind.format(side=side)
-    return reason
+    """The check a reason clause comes from, without its numbers
+    (:func:`pkps_core.trust.reason_words`' short label)."""
+    return reason_words(reason, short=True)[0]
 
 
 def reason_counts(frame: pd.DataFrame) -> pd.DataFrame:

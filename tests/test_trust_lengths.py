@@ -11,6 +11,7 @@ from pkps_core.predict import build_context, predict
 from pkps_core.protocols import mask_new_model, prepare_records
 from pkps_core.synthetic import make_synthetic
 from pkps_core.trust.columns import trust_columns
+from pkps_core.trust.extrapolation import REASON_WORDS
 from pkps_core.trust.intervals import prediction_intervals
 from pkps_core.trust.responses import length_features, response_length_outliers
 
@@ -69,6 +70,11 @@ def test_a_new_model_with_long_answers_is_warned_and_ordinary_ones_are_not(cache
     assert mine["extrapolation_reason"].str.contains("responses longer than every reference").all()
     words = trust.reason_words(mine["extrapolation_reason"].iloc[0], short=True)
     assert "longer responses than every reference" in words
+    # every "; "-separated clause of every reason is one check's (nothing splits a clause)
+    labels = {label for _, _, label in REASON_WORDS}
+    for reason in mine["extrapolation_reason"]:
+        for clause in reason.split("; "):
+            assert trust.reason_words(clause, short=True)[0] in labels, clause
     low, high = trust.score_range(context)
     if mode == "responses-only":
         # Nothing of its own bounds it and nothing observed like it vouches for less.

@@ -102,6 +102,6 @@ def length_reason(context: PredictionContext, i: int, features: np.ndarray) -> s
     side = "longer" if typical > high else "shorter"
     return (
         f"responses {side} than every reference's (geometric mean {typical:,.0f} "
-        f"characters; references {low:,.0f}–{high:,.0f}), a conformal outlier at "
+        f"characters, references {low:,.0f}–{high:,.0f}), a conformal outlier at "
         f"p ≤ {LENGTH_ALPHA:g} against references at the same budget"
     )
