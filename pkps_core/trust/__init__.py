@@ -34,7 +34,6 @@ from pkps_core.trust.intervals import (
 from pkps_core.trust.next_cells import NEXT_COLUMNS, coverage_table, next_cells
 
 __all__ = [
-    "reason_words",
     "DEFAULT_LEVEL",
     "MAX_FOLDS",
     "NEXT_COLUMNS",
@@ -53,6 +52,7 @@ __all__ = [
     "own_sample_interval",
     "pooled_score_position",
     "prediction_intervals",
+    "reason_words",
     "region_budget",
     "region_distances",
     "score_range",

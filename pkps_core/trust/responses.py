@@ -14,10 +14,10 @@ The check (:func:`response_length_outliers`): each model's *length feature* is t
 over its responses of ``log(1 + characters)``. Its nonconformity is how far the feature
 lies beyond the range of the features of the references allowed to inform it,
 ``s_i = max(f_i − max_R f, min_R f − f_i)`` (negative inside the range). The threshold is
-the conformal ``1 − α`` quantile (:data:`~pkps_core.trust.extrapolation.REGION_ALPHA`,
-5 %) of the same score for the shadows — the references re-observed at the targets'
-budget (:mod:`pkps_core.methods.shadows`), each against the references of other families
-— so a target exchangeable with the references fires with probability at most α, and
+the conformal ``1 − α`` quantile (:data:`LENGTH_ALPHA`, 5 %, the region check's level) of
+the same score for the shadows — the references re-observed at the targets' budget
+(:mod:`pkps_core.methods.shadows`), each against the references of other families — so a
+target exchangeable with the references fires with probability at most α, and
 its thinness (a mean over few responses is noisier) is part of the calibration. A model
 fires when its score exceeds both the threshold and 0 (it lies outside the range).
 
@@ -79,18 +79,16 @@ def response_length_outliers(
         The shadows' conformal threshold on the score (inf when it cannot be set).
     """
     features = length_features(context)
-    flags = np.zeros(len(context.models), dtype=bool)
     if not context.has_shadows or not np.isfinite(features).any():
-        return flags, features, float("inf")
+        return np.zeros(len(context.models), dtype=bool), features, float("inf")
 
     def compute() -> tuple[np.ndarray, float]:
         score = _beyond_range(features, context.allowed())
         return score, conformal_outlier_threshold(score[context.shadows], alpha)
 
     score, threshold = context.cached(("length_outliers", alpha), compute)
-    targets = context.targets if context.targets is not None else np.zeros_like(flags)
-    with np.errstate(invalid="ignore"):
-        flags = np.asarray(targets, dtype=bool) & (score > max(threshold, 0.0))
+    with np.errstate(invalid="ignore"):  # shadows exist, so targets are named
+        flags = np.asarray(context.targets, dtype=bool) & (score > max(threshold, 0.0))
     return flags, features, threshold
 
 

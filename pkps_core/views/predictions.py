@@ -155,7 +155,7 @@ def cell_overview(predictions: pd.DataFrame, methods: Sequence[str]) -> pd.DataF
             dict.fromkeys(w for r in reasons for w in reason_words(r, short=True))
         )
     )
-    by = cells["method"].agg(lambda names: ", ".join(m for m in methods if m in set(names)))
+    by = cells["method"].agg(lambda names: ", ".join(pd.Index(methods).intersection(names)))
     table = info.join(wide).join(labels.rename("extrapolation_reason"))
     table = table.join(by.rename("warned_by"))
     for column in ("extrapolation_reason", "warned_by"):
