@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 def _vectors_to_arrow(cells: Sequence[np.ndarray | None]) -> pa.Array:
@@ -52,3 +55,24 @@ def _first_row(
     # result was not read to the end.
     rows = cur.execute(sql, list(params)).fetchall()
     return rows[0] if rows else None
+
+
+def _stage(cur: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    """Make the Arrow ``table`` the temporary table ``name`` of the cursor's connection.
+
+    The rows travel through a Parquet file read by DuckDB's own reader, not through
+    ``cursor.register``: with duckdb 2.0 a registered Python object is read by the
+    ``python_arrow_scan`` table function, which another connection to the same file opening
+    in this process at that moment can make unresolvable ("Table Function with name
+    python_arrow_scan does not exist", seen when two app sessions imported at once). A
+    temporary table is private to the cursor and goes when it closes; ``CREATE OR
+    REPLACE`` lets one cursor stage the same name again.
+    """
+    if not name.isidentifier():  # internal names only: no SQL is built from user strings
+        raise ValueError(f"staging table name must be an identifier, got {name!r}")
+    with tempfile.TemporaryDirectory(prefix="pkps-stage-") as folder:
+        path = Path(folder) / "rows.parquet"
+        pq.write_table(table, path)
+        cur.execute(
+            f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM read_parquet(?)", [str(path)]
+        )

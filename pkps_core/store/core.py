@@ -14,7 +14,13 @@ from sklearn.base import clone
 
 from pkps_core.embed import TextEmbedder, default_embedder
 from pkps_core.records import CANONICAL_COLUMNS, RecordsError, validate_records
-from pkps_core.store.arrow import _arrow_table, _arrow_to_vectors, _first_row, _vectors_to_arrow
+from pkps_core.store.arrow import (
+    _arrow_table,
+    _arrow_to_vectors,
+    _first_row,
+    _stage,
+    _vectors_to_arrow,
+)
 from pkps_core.store.ingest import (
     IngestReport,
     _check_embedding_lengths,
@@ -212,11 +218,9 @@ class Store:
             try:
                 for frame, source, dropped, incoming, logged in prepared:
                     _check_embedding_lengths(cur, frame)
-                    cur.register("incoming", incoming)
-                    try:
-                        added, replaced, unchanged = _merge(cur, source, logged)
-                    finally:
-                        cur.unregister("incoming")
+                    _stage(cur, "incoming", incoming)
+                    added, replaced, unchanged = _merge(cur, source, logged)
+                    cur.execute("DROP TABLE incoming")
                     notes = score_range_notes(frame)
                     reports.append(IngestReport(source, added, replaced, unchanged, dropped, notes))
                 cur.execute("COMMIT")
@@ -322,20 +326,18 @@ class Store:
     ) -> dict[str, np.ndarray]:
         key = f"{template.name}|{kind}"
         wanted = frame.drop_duplicates(f"{kind}_hash")
-        wanted_hashes = pa.table({"text_hash": pa.array(wanted[f"{kind}_hash"].tolist())})
         # Under the write lock: two sessions embedding the same new texts would otherwise
         # both fit an embedder and insert the same keys.
         with self._write_lock, self._cursor() as cur:
-            cur.register("wanted", wanted_hashes)
             cached = _arrow_table(
                 cur,
                 """
                 SELECT e.text_hash, e.vector FROM embeddings e
-                JOIN wanted w USING (text_hash) WHERE e.embedder = ?
+                JOIN (SELECT unnest(?::VARCHAR[]) AS text_hash) w USING (text_hash)
+                WHERE e.embedder = ?
                 """,
-                [key],
+                [wanted[f"{kind}_hash"].tolist(), key],
             )
-            cur.unregister("wanted")
             vectors = dict(
                 zip(
                     cached.column("text_hash").to_pylist(),
@@ -358,9 +360,9 @@ class Store:
                     "vector": _vectors_to_arrow(list(new)),
                 }
             )
-            cur.register("new_vectors", rows)
+            _stage(cur, "new_vectors", rows)
             cur.execute("INSERT OR IGNORE INTO embeddings SELECT * FROM new_vectors")
-            cur.unregister("new_vectors")
+            cur.execute("DROP TABLE new_vectors")
         vectors.update(zip(missing[f"{kind}_hash"], new, strict=True))
         return vectors
 

@@ -142,10 +142,14 @@ def reapply_families(store: Store) -> int:
 
 
 def _write(store: Store, families: Mapping[str, str], *, record: bool) -> None:
-    frame = pd.DataFrame({"model": list(families), "family": list(families.values())})
     with store._write_lock, store._cursor() as cur:
         cur.execute(EDITS_TABLE)
-        cur.register("family_update", frame)
+        # A temporary table from bound lists, not a registered frame (see arrow._stage).
+        cur.execute(
+            "CREATE OR REPLACE TEMP TABLE family_update AS "
+            "SELECT unnest(?::VARCHAR[]) AS model, unnest(?::VARCHAR[]) AS family",
+            [[str(m) for m in families], [str(f) for f in families.values()]],
+        )
         cur.execute("BEGIN TRANSACTION")
         try:
             cur.execute(
@@ -162,5 +166,3 @@ def _write(store: Store, families: Mapping[str, str], *, record: bool) -> None:
         except BaseException:
             cur.execute("ROLLBACK")
             raise
-        finally:
-            cur.unregister("family_update")
