@@ -67,8 +67,9 @@ class Store:
 
     Notes
     -----
-    All SQL is parameterised; user strings travel only as bound values or registered Arrow
-    tables, never as SQL text. One connection per :class:`Store`; each operation runs on its
+    All SQL is parameterised; user strings travel only as bound values or as rows staged
+    in a temporary table from a Parquet file (:func:`~pkps_core.store.arrow._stage`), never
+    as SQL text. One connection per :class:`Store`; each operation runs on its
     own cursor, so a store can be shared across threads (e.g. ``st.cache_resource``). Writes
     (ingests, new embeddings) to one file are serialised by a per-file lock
     (:mod:`pkps_core.store.locks`): DuckDB's optimistic concurrency would otherwise abort the
