@@ -28,8 +28,11 @@ def breakdown(long: pd.DataFrame, pattern: str) -> pd.DataFrame:
     number of seeds with such targets."""
     overall = overall_scores(long, LEVERS)
     matches = overall["model"].str.contains(pattern, regex=True)
-    parts = {"all targets": overall, f"matching {pattern!r}": overall[matches]}
-    parts[f"not matching {pattern!r}"] = overall[~matches]
+    parts = {
+        "all targets": overall,
+        f"matching {pattern!r}": overall[matches],
+        f"not matching {pattern!r}": overall[~matches],
+    }
     rows = []
     for name, part in parts.items():
         if part.empty:
