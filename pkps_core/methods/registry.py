@@ -16,6 +16,7 @@ import numpy as np
 from pkps_core.methods.context import MethodResult, PredictionContext
 from pkps_core.methods.ensemble import ensemble_predictions
 from pkps_core.methods.irt import irt_predictions
+from pkps_core.methods.length import length_adjusted_predictions, length_predictions
 from pkps_core.methods.lrmc import lrmc_predictions
 from pkps_core.methods.sampling import (
     aipw_predictions,
@@ -78,6 +79,19 @@ METHODS: dict[str, Method] = {
             False,
             space="pkps",
             summary="KNN in the product kernel perspective space",
+        ),
+        Method(
+            "length",
+            length_predictions,
+            False,
+            summary="the references' scores against how long the model answers, per query",
+        ),
+        Method(
+            "pkps-length",
+            length_adjusted_predictions,
+            False,
+            space="pkps",
+            summary="PKPS corrected for how much longer the model answers than its neighbours",
         ),
         Method("ensemble", ensemble_predictions, True, summary="PKPS blended with sample / LRMC"),
         Method(

@@ -2,8 +2,9 @@
 shadows (:mod:`pkps_core.methods.shadows`), references observed at the targets' budget.
 
 Every member that applies to a cell — the references' mean, the sample score, RS-Learn,
-AIPW, DKPS, PKPS, and LRMC on cells without responses — gets a weight on a 0.1-step simplex
-grid minimising the MAE over the shadow cells those members apply to
+AIPW, DKPS, PKPS, PKPS with the answer-length covariate (``pkps-length``,
+:mod:`pkps_core.methods.length`), and LRMC on cells without responses — gets a weight on a
+0.1-step simplex grid minimising the MAE over the shadow cells those members apply to
 (:func:`stacking_weights`). The grid's corners are the members themselves, so on the
 shadows the blend is never worse than its best member; the weights move with the targets'
 budget because the shadows do (at m = 1 the sample score gets little weight, at m = 16
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.methods.context import PredictionContext
+from pkps_core.methods.length import length_adjusted_predictions
 from pkps_core.methods.lrmc import lrmc_missing_predictions, lrmc_predictions
 from pkps_core.methods.sampling import (
     aipw_predictions,
@@ -46,6 +48,7 @@ STACK_MEMBERS = {
     "aipw": aipw_predictions,
     "dkps": lambda context: space_predictions(context, "dkps"),
     "pkps": lambda context: space_predictions(context, "pkps"),
+    "pkps-length": length_adjusted_predictions,
     "lrmc": lrmc_predictions,
 }
 

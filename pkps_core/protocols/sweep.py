@@ -45,7 +45,17 @@ DEFAULT_METHODS = {
     "completion": ("lrmc", "pkps", "ensemble"),
     "interpolation": ("sample", "rs-learn", "aipw", "pkps", "ensemble"),
     "extrapolation": ("sample", "rs-learn", "aipw", "pkps", "ensemble"),
-    "new-model": ("mean", "sample", "rs-learn", "aipw", "dkps", "pkps", "ensemble"),
+    "new-model": (
+        "mean",
+        "sample",
+        "rs-learn",
+        "aipw",
+        "dkps",
+        "pkps",
+        "length",
+        "pkps-length",
+        "ensemble",
+    ),
 }
 # The interval level of each protocol's predictions when SweepOptions.intervals is left at
 # PROTOCOL_DEFAULT (absent: none). A protocol listed here always carries INTERVAL_COLUMNS.

@@ -18,6 +18,8 @@ METHOD_HELP = {
     "aipw": "augmented inverse-probability weighting: sample score corrected by a model",
     "dkps": "KNN in the DKPS space (delta query kernel: only shared queries compare)",
     "pkps": "KNN in the PKPS space (RBF query kernel: similar queries compare)",
+    "length": "references' scores against how much longer the model answers, query by query",
+    "pkps-length": "PKPS corrected for how much longer the model answers than its neighbours",
     "ensemble": "the methods combined with weights validated at the target's budget",
 }
 

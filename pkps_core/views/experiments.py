@@ -91,6 +91,8 @@ METHOD_COLOURS = {
     "pkps": "#D55E00",
     "ensemble": "#CC79A7",
     "precision": "#6A3D9A",
+    "length": "#B8860B",
+    "pkps-length": "#F0A070",
 }
 
 
