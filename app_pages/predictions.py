@@ -30,7 +30,10 @@ st.caption(
     "has scored them: mark it as a target. With targets, every reference is also re-observed "
     "like the targets (its *shadows*), and the bandwidth, the ensemble's weights and the "
     "intervals are calibrated on those, at the targets' budget. How well that works on real "
-    "data (AlpacaEval, scored and responses-only) is in the README's new-model table."
+    "data: on AlpacaEval, new models with 4 unscored responses per task get the ensemble's "
+    "cell MAE 0.053 (the references' mean: 0.088) and are ranked with Spearman 0.69 (scored: "
+    "0.037 and 0.74); `length` and `pkps-length` read how much longer a model answers than "
+    "the references do on the same queries. Every number is in the README's new-model table."
 )
 path, version = shared.require_data()
 cells = shared.load_cells(path, version)
