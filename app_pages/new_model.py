@@ -7,7 +7,13 @@ import app_shared as shared
 from pkps_core import report as reports
 from pkps_core.records import RecordsError
 from pkps_core.uploads import UPLOAD_TYPES, read_uploads
-from pkps_core.views.new_model import LEVEL, NewModelReport, new_model_report, upload_target
+from pkps_core.views.new_model import (
+    LEVEL,
+    NewModelReport,
+    length_sentence,
+    new_model_report,
+    upload_target,
+)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -132,6 +138,8 @@ st.caption(
     f"independent. Method: {result.method} (stacked members, weights below), holdout "
     f"{result.holdout}; {overall['tasks_predicted']} of {overall['tasks']} tasks predicted."
 )
+if pd.notna(overall["length_score"]):
+    st.caption(length_sentence(overall))
 if result.warnings:
     shared.alert("warning", "Extrapolation warnings", "\n".join(result.warnings))
 else:

@@ -10,6 +10,7 @@ from scipy.stats import spearmanr
 
 from pkps_core.methods.length import length_predictions, length_scores
 from pkps_core.predict import build_context, predict
+from pkps_core.views.new_model import length_sentence, new_model_report
 
 N_FAMILIES, PER_FAMILY, N_TASKS, N_QUERIES = 14, 2, 3, 30
 
@@ -140,3 +141,18 @@ def test_no_response_text_means_no_length_prediction(cache):
     out = predict(masked, ["length"], holdout="family", targets=targets)
     assert out["prediction"].isna().all()
     assert out["note"].str.contains("needs response text").all()
+
+
+def test_the_new_model_report_states_the_length_score(cache):
+    records, _, targets = cache
+    longest = records.groupby("model")["response"].apply(lambda r: r.str.len().mean()).idxmax()
+    report = new_model_report(records, longest, holdout="family")
+    context = build_context(records, holdout="family", targets=[longest])
+    z = length_scores(context)
+    assert report.overall["length_score"] == pytest.approx(z[context.models == longest][0])
+    references = ~np.isin(context.models, [longest]) & ~context.shadows
+    assert report.overall["length_high"] == pytest.approx(z[references].max())
+    beyond = dict(report.overall, length_score=report.overall["length_high"] + 0.5)
+    assert "longer than every reference's" in length_sentence(beyond)
+    inside = dict(report.overall, length_score=report.overall["length_low"] + 1e-9)
+    assert "(references: " in length_sentence(inside)

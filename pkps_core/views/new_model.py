@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from pkps_core.methods.length import length_scores
 from pkps_core.methods.stacking import ensemble_weights
 from pkps_core.predict import build_context, predict
 from pkps_core.records import RecordsError, cell_table, validate_records
@@ -61,7 +62,10 @@ class NewModelReport:
         ``prediction``, ``lower``, ``upper`` (query-weighted means over the predicted
         tasks), ``sample_score`` (query-weighted mean over the scored tasks, NaN if none),
         ``reference_score`` (where every task has one), ``lower_independent`` and
-        ``upper_independent`` (:func:`independent_interval`), ``tasks_predicted``, ``tasks``.
+        ``upper_independent`` (:func:`independent_interval`), ``tasks_predicted``, ``tasks``,
+        ``length_score`` (how many SDs longer it answers than the references on the same
+        queries; NaN without response texts) and the references' ``length_low`` and
+        ``length_high`` of it.
     rank : dict
         ``rank`` (1 = best) of the predicted overall among the references, ``best`` and
         ``worst`` (the ranks of the interval's upper and lower end), ``best_independent``
@@ -322,6 +326,7 @@ def new_model_report(
     overall |= independent_interval(tasks, level)
     overall["tasks_predicted"] = int(tasks["prediction"].notna().sum())
     overall["tasks"] = len(tasks)
+    overall |= _length_summary(context, model)
 
     standings = _reference_standings(context, predictions, queries, model)
     scores = standings.loc[standings["role"] == "reference", "overall"].to_numpy()
@@ -400,6 +405,39 @@ def new_model_report(
         weights=stack.reset_index(drop=True),
         elapsed=time.perf_counter() - started,
     )
+
+
+def length_sentence(overall: dict) -> str:
+    """The length score in words, for the page (``overall`` from :class:`NewModelReport`)."""
+    z, low, high = overall["length_score"], overall["length_low"], overall["length_high"]
+    where = ""
+    if np.isfinite(low) and np.isfinite(high):
+        if z > high:
+            where = " — longer than every reference's"
+        elif z < low:
+            where = " — shorter than every reference's"
+        else:
+            where = f" (references: {low:+.2f} to {high:+.2f})"
+    return (
+        f"Answer length: its answers are {z:+.2f} standard deviations of the references' "
+        f"answers to the same queries{where}. Judges often favour long answers; the "
+        "ensemble reads this through pkps-length (PKPS corrected for the length gap to the "
+        "neighbours), so a model can be predicted before any judge has run."
+    )
+
+
+def _length_summary(context, model: str) -> dict:
+    """The model's length score (:func:`~pkps_core.methods.length.length_scores`: how many
+    SDs longer it answers than the references on the same queries) and the references'
+    range of it (``length_score``, ``length_low``, ``length_high``; NaN without texts)."""
+    z = length_scores(context)
+    real = ~context.shadows
+    references = real & ~np.asarray(context.targets, dtype=bool) & np.isfinite(z)
+    own = z[np.flatnonzero(context.models == model)[0]]
+    if not references.any():
+        return {"length_score": own, "length_low": np.nan, "length_high": np.nan}
+    low, high = float(z[references].min()), float(z[references].max())
+    return {"length_score": float(own), "length_low": low, "length_high": high}
 
 
 def _reference_standings(context, predictions, queries, model) -> pd.DataFrame:
