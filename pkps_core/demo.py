@@ -52,8 +52,10 @@ def demo_records():
         f"[{task}] synthetic query {qid}"
         for task, qid in zip(records.task, records.query_id, strict=True)
     ]
+    # "right" and "wrong" have one length: a display text must not carry the score in its
+    # length (the length methods read it; pkps_core.methods.length)
     records["response"] = [
-        f"{model} — {'correct' if s == 1 else 'incorrect'} answer to {qid}"
+        f"{model} — {'right' if s == 1 else 'wrong'} answer to {qid}"
         for model, qid, s in zip(records.model, records.query_id, records.score, strict=True)
     ]
     return records

@@ -156,3 +156,16 @@ def test_the_new_model_report_states_the_length_score(cache):
     assert "longer than every reference's" in length_sentence(beyond)
     inside = dict(report.overall, length_score=report.overall["length_low"] + 1e-9)
     assert "(references: " in length_sentence(inside)
+
+
+def test_the_demo_texts_carry_no_score_in_their_length():
+    """The demo's display texts say whether an answer was right; their lengths must not, or
+    the length methods would read the score off the text."""
+    from pkps_core.demo import demo_records
+
+    records = demo_records()
+    lengths = records["response"].str.len()
+    assert lengths.groupby(records["model"]).nunique().max() == 1  # right or wrong
+    targets = sorted(records["model"].unique())[:2]
+    context = build_context(records, holdout="family", targets=targets)
+    assert np.isnan(length_scores(context)).all()

@@ -125,7 +125,10 @@ def length_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarr
     observed = context.n_responses > 0
     for i in range(len(context.models)):
         if not np.isfinite(z[i]):
-            notes[i] = "length: no response standardisable against the references' answers"
+            notes[i] = (
+                "length: no answer comparable with the references' answers to its query "
+                f"(fewer than {MIN_QUERY_ANSWERS} of them, or all of one length)"
+            )
             continue
         for t in range(len(context.tasks)):
             if not observed[i, t]:
