@@ -150,6 +150,6 @@ def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, monkeypatc
     assert neighbours["neighbour"].iloc[0] == model
     # its answer length against the references' on the same queries, in words
     length = [c.value for c in at.caption if c.value.startswith("Answer length:")]
-    assert len(length) == 1 and "standard deviations of the references' answers" in length[0]
+    assert len(length) == 1 and "than the references' answers to the same queries" in length[0]
     with Store(path) as db:
         assert db.content_hash() == state

@@ -155,7 +155,7 @@ def test_the_new_model_report_states_the_length_score(cache):
     beyond = dict(report.overall, length_score=report.overall["length_high"] + 0.5)
     assert "longer than every reference's" in length_sentence(beyond)
     inside = dict(report.overall, length_score=report.overall["length_low"] + 1e-9)
-    assert "(references: " in length_sentence(inside)
+    assert "(the references' own range: " in length_sentence(inside)
 
 
 def test_the_demo_texts_carry_no_score_in_their_length():

@@ -417,12 +417,14 @@ def length_sentence(overall: dict) -> str:
         elif z < low:
             where = " — shorter than every reference's"
         else:
-            where = f" (references: {low:+.2f} to {high:+.2f})"
+            where = f" (the references' own range: {low:+.2f} to {high:+.2f})"
+    direction = "longer" if z >= 0 else "shorter"
     return (
-        f"Answer length: its answers are {z:+.2f} standard deviations of the references' "
-        f"answers to the same queries{where}. Judges often favour long answers; the "
-        "ensemble reads this through pkps-length (PKPS corrected for the length gap to the "
-        "neighbours), so a model can be predicted before any judge has run."
+        f"Answer length: its answers are on average {abs(z):.2f} standard deviations "
+        f"{direction} (in log characters) than the references' answers to the same "
+        f"queries{where}. Judges often favour long answers; the ensemble can weigh this in "
+        "through pkps-length (PKPS corrected for the length gap to its neighbours), so it "
+        "counts before any judge has run."
     )
 
 
