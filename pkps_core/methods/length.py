@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from pkps_core.methods.context import PredictionContext
+from pkps_core.methods.space_methods import space_predictions
+from pkps_core.space.knn import knn_grid_predictions
 
 MIN_QUERY_ANSWERS = 3  # references answering a query needed to standardise against it
 MIN_UNITS = 5  # (Z, reference) pairs needed for a line
@@ -173,9 +175,6 @@ def length_adjusted_predictions(
     targets' budget; else the references), never reading i's own family or original.
     Cells where the length score is unavailable keep the KNN's prediction.
     """
-    from pkps_core.methods.space_methods import space_predictions
-    from pkps_core.space.knn import knn_grid_predictions
-
     base, notes = context.cached(("method", space), lambda: space_predictions(context, space))
     base = base.copy()
     if context.space_unavailable(space) is not None or "response" not in context.records.columns:
