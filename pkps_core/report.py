@@ -277,7 +277,10 @@ def report_text(report: NewModelReport) -> str:
         )
         lines.append(f"nearest references in PKPS: {near or 'none'}")
         if len(report.next_cells):
-            lines.append("evaluate next (expected interval width removed by one more query):")
+            lines.append(
+                "evaluate next (fewest responses first: spread the queries evenly; "
+                "expected_gain = interval width one more query is expected to remove):"
+            )
             lines.append(
                 report.next_cells.head(5).to_string(index=False, float_format=lambda x: f"{x:.4f}")
             )

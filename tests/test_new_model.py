@@ -164,10 +164,14 @@ def test_neighbours_and_scatter_hold_real_models_once(result, records):
     assert set(result.responses["neighbour"]) <= set(result.neighbours["neighbour"].head(3))
 
 
-def test_next_cells_rank_by_expected_gain(result):
+def test_next_cells_spread_the_queries_fewest_responses_first(result):
     ranking = result.next_cells
     assert len(ranking)
-    assert ranking["expected_gain"].is_monotonic_decreasing
+    assert ranking["n_responses"].is_monotonic_increasing
+    for _, same in ranking.groupby("n_responses"):
+        widths = same["width"].dropna().to_numpy()
+        assert np.all(np.diff(widths) <= 1e-12)  # widest first among equals
+    assert ranking["expected_gain"].notna().all()
     assert (ranking["n_responses"] < ranking["task_queries"]).all()
     assert list(ranking["rank"]) == list(range(1, len(ranking) + 1))
 

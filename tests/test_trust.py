@@ -176,7 +176,7 @@ def sparse_predictions():
     return cache.records, frame
 
 
-def test_next_cells_ranks_missing_and_thin_cells_by_width(sparse_predictions):
+def test_next_cells_ranks_missing_then_thin_cells_widest_first(sparse_predictions):
     records, frame = sparse_predictions
     target = frame.loc[frame["n_responses"] == 0, "model"].iloc[0]
     queries = records.groupby("task")["query_id"].nunique()
@@ -184,8 +184,10 @@ def test_next_cells_ranks_missing_and_thin_cells_by_width(sparse_predictions):
     assert list(ranking.columns) == list(NEXT_COLUMNS)
     assert (ranking["model"] == target).all()
     assert (ranking["n_responses"] < ranking["task_queries"]).all()
-    widths = ranking["width"].to_numpy()
-    assert np.all(np.diff(widths[np.isfinite(widths)]) <= 1e-12)
+    assert ranking["n_responses"].is_monotonic_increasing  # missing cells first
+    for _, same in ranking.groupby("n_responses"):
+        widths = same["width"].to_numpy()
+        assert np.all(np.diff(widths[np.isfinite(widths)]) <= 1e-12)
     assert list(ranking["rank"]) == list(range(1, len(ranking) + 1))
     assert (ranking["n_responses"] == 0).any()
     assert len(next_cells(frame, target, top=2, task_queries=queries)) == min(2, len(ranking))

@@ -83,7 +83,9 @@ class NewModelReport:
         Extrapolation warnings in words, one per warned task (and one for the overall).
     next_cells : DataFrame
         What to evaluate next: ``rank, task, n_responses, task_queries, prediction,
-        lower, upper, width, expected_gain``, largest expected gain first.
+        lower, upper, width, expected_gain``, the fewest responses first
+        (:func:`~pkps_core.trust.next_cells`: the queries spread evenly over the tasks);
+        ``expected_gain`` is the width one more query is expected to remove from the cell.
     weights : DataFrame
         The ensemble's stacking weights (one row per pattern of applicable members).
     elapsed : float
@@ -377,10 +379,6 @@ def new_model_report(
             )
     ranking = next_cells(predictions, model, method=METHOD, top=None, task_queries=queries)
     ranking = ranking.assign(expected_gain=expected_gain(ranking).to_numpy())
-    ranking = ranking.sort_values(
-        ["expected_gain", "width"], ascending=False, na_position="last", kind="stable"
-    )
-    ranking["rank"] = np.arange(1, len(ranking) + 1)
     ranking = ranking[
         ["rank", "task", "n_responses", "task_queries", "prediction", "lower", "upper", "width"]
         + ["expected_gain"]
