@@ -40,19 +40,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.new_model_table import ALPACA
 from pkps_core.predict import build_context, predict
 from pkps_core.protocols import prepare_records
 from pkps_core.protocols.masks import full_scores, mask_new_model
 from pkps_core.trust import task_query_counts
-from pkps_core.views.new_model import LEVEL, METHOD
+from pkps_core.views.new_model import LEVEL, METHOD, expected_gain
 
-ALPACA = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "data"
-    / "alpaca_eval"
-    / "alpaca_eval_40.parquet"
-)
 RULES = ("uniform", "task size", "cell gain", "overall gain")
 
 
@@ -88,19 +82,20 @@ def allocate(
     n = n.astype(float).copy()
     width = width.astype(float).copy()
     added = np.zeros(len(n), dtype=int)
-    order = np.argsort(-weights, kind="stable")
+    size_rank = np.argsort(np.argsort(-weights, kind="stable"), kind="stable")  # 0: largest
     for _ in range(extra):
         open_ = added < room
         if not open_.any():
             break
         if rule == "uniform":
-            candidates = [t for t in order if open_[t]]
-            t = min(candidates, key=lambda t: (added[t], list(order).index(t)))
+            fewest = np.where(open_, added, np.iinfo(int).max)
+            t = int(np.lexsort((size_rank, fewest))[0])
         else:
             if rule == "task size":
                 gain = weights**2 * (1.0 / n - 1.0 / (n + 1.0))
             elif rule == "cell gain":
-                gain = width * (1.0 - np.sqrt(n / (n + 1.0)))
+                cells = pd.DataFrame({"lower": 0.0, "upper": width, "n_responses": n})
+                gain = expected_gain(cells).to_numpy()
             elif rule == "overall gain":
                 gain = overall_gain(width, n, weights)
             else:
@@ -142,17 +137,10 @@ def main() -> None:
     started = time.perf_counter()
     records = prepare_records(pd.read_parquet(args.input))
     records["_row"] = np.arange(len(records))
-    truth_cells = full_scores(records)
     weights = task_query_counts(records)
-    truth = (
-        truth_cells.rename("y")
-        .reset_index()
-        .assign(w=lambda f: f["task"].map(weights))
-        .assign(yw=lambda f: f["y"] * f["w"])
-        .groupby("model")[["yw", "w"]]
-        .sum()
-    )
-    truth = truth["yw"] / truth["w"]
+    truth = overall(full_scores(records).rename("y").reset_index(), "y", weights)
+    tasks = np.asarray(sorted(weights.index))
+    w = weights.reindex(tasks).to_numpy(dtype=float)
     rows = []
     for seed in range(args.seeds):
         masked, targets = mask_new_model(records, args.start, mode="scored", seed=seed)
@@ -160,24 +148,20 @@ def main() -> None:
         kept = set(masked["_row"])
         pool = records[records["model"].isin(targets) & ~records["_row"].isin(kept)]
         pool = pool.iloc[rng.permutation(len(pool))]
-        pool = pool.assign(_rank=pool.groupby(["model", "task"]).cumcount())
+        unseen = dict(tuple(pool.groupby(["model", "task"])))  # each cell in its drawn order
 
         before = predict_targets(masked, targets)
-        tasks = np.asarray(sorted(weights.index))
-        w = weights.reindex(tasks).to_numpy(dtype=float)
-        room = pool.groupby(["model", "task"]).size()
         for rule in RULES:
             extra_rows = []
             for model in targets:
                 own = before[before["model"] == model].set_index("task").reindex(tasks)
                 n = own["n_responses"].to_numpy(dtype=float)
                 width = (own["upper"] - own["lower"]).to_numpy(dtype=float)
-                free = np.array([room.get((model, t), 0) for t in tasks])
+                free = np.array([len(unseen.get((model, t), ())) for t in tasks])
                 added = allocate(rule, n, width, w, args.extra, free)
-                for t, k in zip(tasks, added, strict=True):
-                    if k:
-                        cell = pool[(pool["model"] == model) & (pool["task"] == t)]
-                        extra_rows.append(cell[cell["_rank"] < k].drop(columns="_rank"))
+                extra_rows += [
+                    unseen[(model, t)].head(k) for t, k in zip(tasks, added, strict=True) if k
+                ]
             after = predict_targets(pd.concat([masked, *extra_rows], ignore_index=True), targets)
             predicted = overall(after, "prediction", weights)
             sample = overall(after, "sample_score", weights)
