@@ -126,7 +126,8 @@ if query_kernel == "rbf" and cross_validate:
                 line_dash="dash",
                 line_color="#7f7f7f",
                 annotation_text=f"δ limit (bandwidth → 0, = DKPS): {delta_error:.3f}"
-                + ("; chosen by CV" if left.query_bandwidth == 0 else ""),
+                + ("; chosen by CV" if left.query_bandwidth == 0 else "")
+                + (f"; {note}" if (note := left.delta_limit_note()) else ""),
                 annotation_position="top left",
             )
         chosen = curve[curve["chosen"]]

@@ -146,3 +146,18 @@ def test_streamlit_config_hides_the_deploy_button():
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     # "viewer" and "minimal" both drop the developer options, the Deploy button among them
     assert config["client"]["toolbarMode"] in ("viewer", "minimal")
+
+
+def test_delta_limit_note_says_when_the_delta_limit_was_no_candidate():
+    from pkps_core.space import PerspectiveSpace
+    from pkps_core.synthetic import make_synthetic
+    from pkps_core.views.space import summarize_space
+
+    unpaired = make_synthetic(n_models=12, n_tasks=3, budget=3, rho=0.0, random_state=1)
+    summary = summarize_space(PerspectiveSpace().fit(unpaired.records))
+    assert summary.undefined_pairs_grid[0] == 12 * 11 // 2
+    assert summary.delta_limit_note().startswith("not a candidate: 66 model pairs")
+    paired = make_synthetic(n_models=12, n_tasks=3, budget=3, rho=1.0, random_state=1)
+    summary = summarize_space(PerspectiveSpace().fit(paired.records))
+    assert summary.undefined_pairs_grid[0] == 0
+    assert summary.delta_limit_note() == ""

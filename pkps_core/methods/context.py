@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.space import PerspectiveSpace, PreparedCache
-from pkps_core.space.knn import cell_matrix, knn_grid_predictions
+from pkps_core.space.knn import cell_matrix, choose_bandwidth, knn_grid_predictions
 from pkps_core.space.out_of_sample import out_of_sample_embedding
 
 HOLDOUTS = ("model", "family")
@@ -292,7 +292,8 @@ class PredictionContext:
         errors = np.asarray(errors)
         if not np.isfinite(errors).any():
             return space
-        chosen = candidates[int(np.nanargmin(errors))]
+        undefined = [candidate.n_undefined_pairs_ for candidate in candidates]
+        chosen = candidates[choose_bandwidth(errors, undefined)]
         chosen.target_cv_errors_ = errors
         return chosen
 

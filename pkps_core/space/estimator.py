@@ -19,7 +19,7 @@ from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import kernels
 from pkps_core.space.affinity import SPARSE_THRESHOLD, SPARSE_TOL, AffinityEngine, SumsReport
 from pkps_core.space.increments import increment_sums
-from pkps_core.space.knn import loo_knn_error
+from pkps_core.space.knn import choose_bandwidth, loo_knn_error
 from pkps_core.space.mds import classical_mds
 from pkps_core.space.prepare import PreparedCache, prepare_cache, reduce_dimension
 from pkps_core.space.sums import DEFAULT_BLOCK_BYTES
@@ -104,6 +104,8 @@ class PerspectiveSpace(BaseEstimator):
     median_query_distance_ : float or nan
     bandwidth_grid_ : ndarray, sigmas tried (``[0] + grid × median`` for "cv")
     cv_errors_ : ndarray, leave-one-model-out KNN MAE of observed scores per bandwidth
+    undefined_pairs_grid_ : ndarray of int, imputed model pairs per bandwidth of the grid;
+        only those with the fewest are eligible (:func:`~pkps_core.space.knn.choose_bandwidth`)
     response_bandwidth_ : float or nan
     n_undefined_pairs_ : int, model pairs with no kernel mass (distance imputed)
     self_pair_fallback_ : ndarray of bool, models whose A_ii kept the self pairs
@@ -418,10 +420,11 @@ class PerspectiveSpace(BaseEstimator):
                     for fit in fits
                 ]
             )
-            best = int(np.nanargmin(self.cv_errors_)) if np.isfinite(self.cv_errors_).any() else 0
+            best = choose_bandwidth(self.cv_errors_, [fit[4] for fit in fits])
         else:
             self.cv_errors_ = np.array([np.nan])
             best = 0
+        self.undefined_pairs_grid_ = np.array([fit[4] for fit in fits], dtype=int)
         affinity, distance, embedding, eigenvalues, n_undefined, fallback = fits[best]
         self.bandwidth_grid_ = np.asarray(grid, dtype=float)
         self.kernel_sums_ = list(sums)

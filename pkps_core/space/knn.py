@@ -6,7 +6,8 @@ other models, or the other families, that have a reference on the task), so fitt
 functions compute the same estimator — weights ``1/distance``, and when some neighbours
 sit at distance 0 only those count, equally (scikit-learn's ``weights="distance"``) — for
 all cells at once from one pairwise-distance matrix. A test checks them against
-``sklearn.neighbors.KNeighborsRegressor``.
+``sklearn.neighbors.KNeighborsRegressor``. The bandwidth criterion (:func:`loo_knn_error`)
+and the rule for which bandwidths may be chosen (:func:`choose_bandwidth`) live here too.
 """
 
 from __future__ import annotations
@@ -105,6 +106,35 @@ def loo_knn_error(
         return np.nan
     flat = np.concatenate(errors)
     return float(np.nanmean(flat)) if np.isfinite(flat).any() else np.nan
+
+
+def eligible_bandwidths(undefined_pairs) -> np.ndarray:
+    """Which bandwidths of a grid may be chosen: those imputing the fewest model pairs.
+
+    A pair with no kernel mass at a bandwidth (two models sharing no query under the delta
+    limit, or an RBF so narrow that it underflows) gets the largest distance as a stand-in
+    (:func:`pkps_core.space.kernels.distance_from_affinity`). Such a pair carries no
+    information, and many of them make D nearly a simplex, whose MDS axes are set by
+    rounding (they changed with the BLAS thread count). A cross-validation error measured
+    on that geometry is noise, and the minimum over a grid favours lucky noise; so where
+    another bandwidth defines more pairs, the imputing one is not a candidate. The PKPS
+    paper's proof of Theorem 2 ("Contrast with paired DKPS") says the same of the delta
+    limit: with no shared query its distance is undefined, and any completion of it
+    predicts independently of the target.
+    """
+    counts = np.asarray(undefined_pairs, dtype=float)
+    return counts == counts.min() if counts.size else np.zeros(0, dtype=bool)
+
+
+def choose_bandwidth(errors, undefined_pairs) -> int:
+    """Index of the smallest finite error among :func:`eligible_bandwidths` (0 if none)."""
+    errors = np.asarray(errors, dtype=float)
+    usable = eligible_bandwidths(undefined_pairs) & np.isfinite(errors)
+    if not usable.any():
+        usable = np.isfinite(errors)
+    if not usable.any():
+        return 0
+    return int(np.flatnonzero(usable)[np.argmin(errors[usable])])
 
 
 def knn_grid_predictions(

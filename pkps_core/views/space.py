@@ -29,6 +29,18 @@ class SpaceSummary:
     cv_errors: np.ndarray
     affinity_path: str
     eigenvalues: np.ndarray
+    undefined_pairs_grid: np.ndarray | None = None
+
+    def delta_limit_note(self) -> str:
+        """Why the delta limit was or was not a candidate of the bandwidth CV ("" if it
+        competed like any other grid value)."""
+        grid = self.undefined_pairs_grid
+        if grid is None or len(grid) < 2 or self.bandwidth_grid[0] != 0 or grid[0] <= grid.min():
+            return ""
+        return (
+            f"not a candidate: {int(grid[0])} model pairs share no query there, so their "
+            "distances are stand-ins and its error is noise"
+        )
 
     @property
     def models(self) -> np.ndarray:
@@ -62,6 +74,9 @@ def summarize_space(space) -> SpaceSummary:
         cv_errors=np.asarray(space.cv_errors_, dtype=float),
         affinity_path=str(space.affinity_path_),
         eigenvalues=np.asarray(space.eigenvalues_, dtype=float),
+        undefined_pairs_grid=np.asarray(
+            getattr(space, "undefined_pairs_grid_", [space.n_undefined_pairs_]), dtype=int
+        ),
     )
 
 
