@@ -2,27 +2,38 @@
 
 The bench's neural option (all-MiniLM-L6-v2 through sentence-transformers) takes minutes
 on a CPU, so its vectors are stored under ``/tmp/pkps_embed_cache`` (``$PKPS_EMBED_CACHE``
-overrides), one ``.npy`` per (embedder name, texts) keyed by the SHA-256 of both: a
-changed text or another embedder is a new key, never a stale hit.
+overrides), one ``.npy`` per (embedder name, texts, embedder code) keyed by the SHA-256 of
+the three: a changed text, another embedder or parameter (the name carries them), or an
+edit of :mod:`pkps_core.embed` is a new key, never a stale hit. (The code used to be left
+out, so vectors from an earlier version of the embedder could be read back under the same
+name; one unexplained shift of the new-model table may have come from that.)
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from pkps_core import embed as embed_module
 from pkps_core.embed import SentenceTransformerEmbedder, TfidfSvdEmbedder, embed_texts
 
 CACHE_DIR = Path(os.environ.get("PKPS_EMBED_CACHE", "/tmp/pkps_embed_cache"))
 EMBEDDERS = {"tfidf": TfidfSvdEmbedder, "minilm": SentenceTransformerEmbedder}
 
 
+def code_digest() -> str:
+    """SHA-256 of the embedders' source (:mod:`pkps_core.embed`)."""
+    return hashlib.sha256(inspect.getsource(embed_module).encode()).hexdigest()
+
+
 def _key(name: str, texts: list[str]) -> str:
     digest = hashlib.sha256(name.encode())
+    digest.update(b"\x00" + code_digest().encode())
     for text in texts:
         digest.update(b"\x00" + text.encode())
     return digest.hexdigest()[:32]
