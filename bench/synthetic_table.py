@@ -20,8 +20,10 @@ import pandas as pd
 
 from pkps_core.protocols import synthetic_query_efficiency
 
-GRID = [(1, 0.0), (1, 1.0), (2, 0.0), (2, 0.5), (2, 1.0), (4, 0.0), (4, 0.25), (4, 1.0)]
-GRID += [(8, 0.0), (8, 1.0)]
+GRID = [
+    (1, 0.0), (1, 1.0), (2, 0.0), (2, 0.5), (2, 1.0),
+    (4, 0.0), (4, 0.25), (4, 1.0), (8, 0.0), (8, 1.0),
+]  # fmt: skip
 METHODS = ("sample", "dkps", "pkps")
 
 

@@ -292,8 +292,7 @@ class PredictionContext:
         errors = np.asarray(errors)
         if not np.isfinite(errors).any():
             return space
-        undefined = [candidate.n_undefined_pairs_ for candidate in candidates]
-        chosen = candidates[choose_bandwidth(errors, undefined)]
+        chosen = candidates[choose_bandwidth(errors, space.undefined_pairs_grid_)]
         chosen.target_cv_errors_ = errors
         return chosen
 

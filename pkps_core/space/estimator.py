@@ -407,6 +407,7 @@ class PerspectiveSpace(BaseEstimator):
     def _finish(self, prepared: PreparedCache, grid, sums) -> None:
         """From kernel sums per bandwidth to the chosen bandwidth's A, D and coordinates."""
         fits = [self._embed(s) for s in sums]
+        self.undefined_pairs_grid_ = np.array([fit[4] for fit in fits], dtype=int)
         if len(grid) > 1:
             self.cv_errors_ = np.array(
                 [
@@ -420,11 +421,10 @@ class PerspectiveSpace(BaseEstimator):
                     for fit in fits
                 ]
             )
-            best = choose_bandwidth(self.cv_errors_, [fit[4] for fit in fits])
+            best = choose_bandwidth(self.cv_errors_, self.undefined_pairs_grid_)
         else:
             self.cv_errors_ = np.array([np.nan])
             best = 0
-        self.undefined_pairs_grid_ = np.array([fit[4] for fit in fits], dtype=int)
         affinity, distance, embedding, eigenvalues, n_undefined, fallback = fits[best]
         self.bandwidth_grid_ = np.asarray(grid, dtype=float)
         self.kernel_sums_ = list(sums)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pkps_core.space.knn import loo_knn_error
+from pkps_core.space.knn import eligible_bandwidths, loo_knn_error
 from pkps_core.text import plotly_safe as plotly_text
 
 
@@ -29,13 +29,13 @@ class SpaceSummary:
     cv_errors: np.ndarray
     affinity_path: str
     eigenvalues: np.ndarray
-    undefined_pairs_grid: np.ndarray | None = None
+    undefined_pairs_grid: np.ndarray
 
     def delta_limit_note(self) -> str:
         """Why the delta limit was or was not a candidate of the bandwidth CV ("" if it
         competed like any other grid value)."""
         grid = self.undefined_pairs_grid
-        if grid is None or len(grid) < 2 or self.bandwidth_grid[0] != 0 or grid[0] <= grid.min():
+        if len(grid) < 2 or self.bandwidth_grid[0] != 0 or eligible_bandwidths(grid)[0]:
             return ""
         return (
             f"not a candidate: {int(grid[0])} model pairs share no query there, so their "
@@ -74,9 +74,7 @@ def summarize_space(space) -> SpaceSummary:
         cv_errors=np.asarray(space.cv_errors_, dtype=float),
         affinity_path=str(space.affinity_path_),
         eigenvalues=np.asarray(space.eigenvalues_, dtype=float),
-        undefined_pairs_grid=np.asarray(
-            getattr(space, "undefined_pairs_grid_", [space.n_undefined_pairs_]), dtype=int
-        ),
+        undefined_pairs_grid=np.asarray(space.undefined_pairs_grid_, dtype=int),
     )
 
 
