@@ -1,10 +1,11 @@
 """Overall-score accuracy of the new-model protocol split by which targets are in it.
 
 Reads the long results that ``bench/new_model_table.py --out FILE`` writes and reports, per
-mode, budget and method, the overall-score MAE (and its ratio to the ``mean`` baseline's) and
-Spearman's rho over the targets: for all of them, for the targets whose name matches
-``--split`` (a regular expression; default the FuseChat models, which no AlpacaEval reference
-resembles) and for the rest. Shows where an overall number comes from, e.g.::
+mode, budget and method, the overall-score MAE (and its ratio to the ``mean`` baseline's:
+both the ratio of the means over seeds and, with its standard error, the mean over seeds of
+each seed's ratio) and Spearman's rho over the targets: for all of them, for the targets whose
+name matches ``--split`` (a regular expression; default the FuseChat models, which no
+AlpacaEval reference resembles) and for the rest. Shows where an overall number comes from, e.g.::
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python bench/new_model_table.py --seeds 8 \\
         --modes responses-only --methods mean,pkps --budgets 4 --no-intervals --out long.csv
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import pandas as pd
 
 from pkps_core.protocols.reports import overall_scores, overall_table
@@ -22,10 +24,27 @@ from pkps_core.protocols.reports import overall_scores, overall_table
 LEVERS = ["budget", "mode"]
 
 
+def per_seed_ratio(overall: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard error over seeds of each seed's overall MAE ÷ the ``mean``
+    baseline's in the same seed, per (budget, mode, method); seeds where either is missing
+    or the baseline's MAE is 0 are left out."""
+    predicted = overall[overall["y_pred"].notna()]
+    mae = predicted.groupby(["seed", *LEVERS, "method"])["abs_err"].mean().unstack("method")
+    if "mean" not in mae.columns:
+        return pd.DataFrame(columns=[*LEVERS, "method", "ratio", "ratio_sem"])
+    floor = mae["mean"].where(mae["mean"] > 0)
+    ratios = mae.div(floor, axis=0).stack().rename("ratio").reset_index()
+    grouped = ratios.groupby([*LEVERS, "method"])["ratio"]
+    out = grouped.mean().to_frame("ratio")
+    out["ratio_sem"] = grouped.std(ddof=1) / np.sqrt(grouped.count())
+    return out.reset_index()
+
+
 def breakdown(long: pd.DataFrame, pattern: str) -> pd.DataFrame:
-    """One row per (targets, mode, budget, method): overall MAE, its ratio to ``mean``'s,
-    Spearman (each the mean over seeds), the mean number of targets per seed and the
-    number of seeds with such targets."""
+    """One row per (targets, mode, budget, method): overall MAE, its ratio to ``mean``'s
+    (of the means over seeds, and the mean ± SEM of the per-seed ratios), Spearman (the
+    mean over seeds), the mean number of targets per seed and the number of seeds with such
+    targets."""
     overall = overall_scores(long, LEVERS)
     matches = overall["model"].str.contains(pattern, regex=True)
     parts = {
@@ -39,8 +58,15 @@ def breakdown(long: pd.DataFrame, pattern: str) -> pd.DataFrame:
             continue
         table = overall_table(part, LEVERS)
         floor = table[table["method"] == "mean"].set_index(LEVERS)["mae"]
+        seeded = per_seed_ratio(part).set_index([*LEVERS, "method"])
         for _, row in table.iterrows():
             key = (row["budget"], row["mode"])
+            seed_key = (*key, row["method"])
+            ratio, ratio_sem = (
+                seeded.loc[seed_key, ["ratio", "ratio_sem"]]
+                if seed_key in seeded.index
+                else (float("nan"), float("nan"))
+            )
             rows.append(
                 {
                     "targets": name,
@@ -49,6 +75,8 @@ def breakdown(long: pd.DataFrame, pattern: str) -> pd.DataFrame:
                     "method": row["method"],
                     "overall MAE": row["mae"],
                     "× mean": row["mae"] / floor[key] if key in floor.index else float("nan"),
+                    "× mean per seed": ratio,
+                    "± SEM": ratio_sem,
                     "Spearman": row["spearman"],
                     "targets per seed": row["n_targets"],
                     "seeds": row["n_seeds"],

@@ -43,3 +43,23 @@ def test_breakdown_splits_targets_and_divides_by_the_mean_baseline():
     assert far["overall MAE"] == pytest.approx(0.45)
     assert np.isnan(far["Spearman"])  # two targets: no rank correlation
     assert table.loc[("all targets", "pkps"), "targets per seed"] == 5
+
+
+def test_per_seed_ratio_is_the_mean_of_each_seeds_ratio_not_the_ratio_of_means():
+    long = long_table()
+    moved = (long["seed"] == 1) & (long["method"] == "mean")
+    long.loc[moved, "y_pred"] = 0.12  # the baseline's seed-1 error on near/* falls to 0.04/3
+    table = breakdown(long, "^far/").set_index(["targets", "method"])
+    near = table.loc[("not matching '^far/'", "pkps")]
+    # seed 0: 0.01 / 0.02 = 0.5; seed 1: 0.02 / (0.04 / 3) = 1.5
+    assert near["× mean per seed"] == pytest.approx(1.0)
+    assert near["± SEM"] == pytest.approx(0.5)  # std(ddof=1) of (0.5, 1.5) / sqrt(2)
+    # the ratio of the means over seeds differs: 0.015 / ((0.02 + 0.04 / 3) / 2)
+    assert near["× mean"] == pytest.approx(0.015 / ((0.02 + 0.04 / 3) / 2))
+    assert table.loc[("not matching '^far/'", "mean"), "× mean per seed"] == pytest.approx(1.0)
+
+
+def test_per_seed_ratio_without_a_mean_baseline_is_missing():
+    long = long_table()
+    table = breakdown(long[long["method"] != "mean"], "^far/")
+    assert table["× mean per seed"].isna().all()
