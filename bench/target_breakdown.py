@@ -26,14 +26,16 @@ LEVERS = ["budget", "mode"]
 
 def per_seed_ratio(overall: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard error over seeds of each seed's overall MAE ÷ the ``mean``
-    baseline's in the same seed, per (budget, mode, method); seeds where either is missing
-    or the baseline's MAE is 0 are left out."""
+    baseline's in the same seed, per (budget, mode, method); NaN where the baseline is
+    missing, and seeds where its MAE is 0 are left out."""
     predicted = overall[overall["y_pred"].notna()]
     mae = predicted.groupby(["seed", *LEVERS, "method"])["abs_err"].mean().unstack("method")
-    if "mean" not in mae.columns:
-        return pd.DataFrame(columns=[*LEVERS, "method", "ratio", "ratio_sem"])
-    floor = mae["mean"].where(mae["mean"] > 0)
-    ratios = mae.div(floor, axis=0).stack().rename("ratio").reset_index()
+    floor = mae["mean"].where(mae["mean"] > 0) if "mean" in mae.columns else np.nan
+    ratios = (
+        mae.div(floor, axis=0)
+        .reset_index()
+        .melt(id_vars=["seed", *LEVERS], var_name="method", value_name="ratio")
+    )
     grouped = ratios.groupby([*LEVERS, "method"])["ratio"]
     out = grouped.mean().to_frame("ratio")
     out["ratio_sem"] = grouped.std(ddof=1) / np.sqrt(grouped.count())
@@ -56,17 +58,12 @@ def breakdown(long: pd.DataFrame, pattern: str) -> pd.DataFrame:
     for name, part in parts.items():
         if part.empty:
             continue
-        table = overall_table(part, LEVERS)
+        table = overall_table(part, LEVERS).merge(
+            per_seed_ratio(part), on=[*LEVERS, "method"], how="left"
+        )
         floor = table[table["method"] == "mean"].set_index(LEVERS)["mae"]
-        seeded = per_seed_ratio(part).set_index([*LEVERS, "method"])
         for _, row in table.iterrows():
             key = (row["budget"], row["mode"])
-            seed_key = (*key, row["method"])
-            ratio, ratio_sem = (
-                seeded.loc[seed_key, ["ratio", "ratio_sem"]]
-                if seed_key in seeded.index
-                else (float("nan"), float("nan"))
-            )
             rows.append(
                 {
                     "targets": name,
@@ -75,8 +72,8 @@ def breakdown(long: pd.DataFrame, pattern: str) -> pd.DataFrame:
                     "method": row["method"],
                     "overall MAE": row["mae"],
                     "× mean": row["mae"] / floor[key] if key in floor.index else float("nan"),
-                    "× mean per seed": ratio,
-                    "± SEM": ratio_sem,
+                    "× mean per seed": row["ratio"],
+                    "± SEM": row["ratio_sem"],
                     "Spearman": row["spearman"],
                     "targets per seed": row["n_targets"],
                     "seeds": row["n_seeds"],
