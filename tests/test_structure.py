@@ -19,13 +19,13 @@ MAX_LINES = 500
 # Lower layers never import higher ones (STYLE.md: records → store/importers → space →
 # methods → trust → predict → protocols → views → pages). Same-layer imports are allowed.
 LAYERS = [
-    {"records", "text"},
+    {"records", "text", "outputs"},
     {"embed", "synthetic", "itemsim"},
     {"store", "importers"},
     {"space"},
     {"methods"},
     {"trust"},
-    {"predict"},
+    {"predict", "predictor"},
     {"protocols"},
     {"views", "uploads", "demo"},
     {"report"},  # a view's content as figures, HTML and text, for the page and the CLI

@@ -98,6 +98,12 @@ class PredictionContext:
         Shadows (:mod:`pkps_core.methods.shadows`): the index of each shadow's original
         model, -1 for the real models; None when the run has no shadows. Shadows are
         targets; every calibration reads their cells (:attr:`calibration_truth`).
+    rows : ndarray of bool (n_models,) or None
+        The models whose cells the run needs predicted (None: every model). The fitted
+        reference predictor (:mod:`pkps_core.predictor`) sets it to the shadows while it
+        calibrates and to the new models while it places them, so the methods that fit
+        one model at a time (RS-Learn, AIPW, the length line) skip the rest; their cells
+        stay NaN.
     neighbours : {"embedding", "distances", "out-of-sample"}
         Whether the KNN of the space methods measures distance in the MDS coordinates
         (Eq. 2, the papers), by D itself (no embedding error; new models placed by their
@@ -116,6 +122,7 @@ class PredictionContext:
     cache: dict = field(default_factory=dict, repr=False)
     origin: np.ndarray | None = None
     neighbours: str = "embedding"
+    rows: np.ndarray | None = None
 
     # ------------------------------------------------------------------ caches
 
@@ -144,6 +151,12 @@ class PredictionContext:
         return dataclasses.replace(
             self, holdout="family", targets=targets, shared=self.shared, cache={}
         )
+
+    def prediction_rows(self) -> np.ndarray:
+        """Indices of the models whose cells the run predicts (:attr:`rows`)."""
+        if self.rows is None:
+            return np.arange(len(self.models))
+        return np.flatnonzero(np.asarray(self.rows, dtype=bool))
 
     # ------------------------------------------------------------------ the grid
 

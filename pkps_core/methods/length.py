@@ -27,6 +27,7 @@ Needs response text; reads no score of the cell itself.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from pkps_core.methods.context import PredictionContext
 from pkps_core.methods.space_methods import space_predictions
@@ -39,10 +40,11 @@ NO_TEXT = "length: needs response text"
 
 def response_log_lengths(texts: np.ndarray) -> np.ndarray:
     """``log(1 + number of characters)`` per text; NaN where the text is missing."""
+    texts = pd.Series(np.asarray(texts, dtype=object))
+    is_text = texts.map(lambda text: isinstance(text, str), na_action="ignore")
+    is_text = is_text.fillna(False).astype(bool).to_numpy()
     out = np.full(len(texts), np.nan)
-    for k, text in enumerate(texts):
-        if isinstance(text, str):
-            out[k] = np.log1p(len(text))
+    out[is_text] = np.log1p(texts[is_text].str.len().to_numpy(dtype=float))
     return out
 
 
@@ -125,7 +127,7 @@ def length_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarr
     unit = holdout_units(context)
     informs = units[None, :] & (unit[:, None] != unit[None, :])
     observed = context.n_responses > 0
-    for i in range(len(context.models)):
+    for i in context.prediction_rows():
         if not np.isfinite(z[i]):
             notes[i] = (
                 "length: no answer comparable with the references' answers to its query "
@@ -201,7 +203,7 @@ def length_adjusted_predictions(
         low, high = float(np.nanmin(scores)), float(np.nanmax(scores))
     out = base.copy()
     slopes = {}
-    for i in range(len(context.models)):
+    for i in context.prediction_rows():
         own = unit[i]
         if own not in slopes:  # never reads its own family (or model) nor its original
             keep = usable & (unit != own)[:, None]

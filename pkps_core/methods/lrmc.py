@@ -340,7 +340,9 @@ def lrmc_missing_predictions(
     def compute() -> tuple[np.ndarray, np.ndarray]:
         prediction, notes = context.empty_grid()
         missing = context.n_responses == 0
-        rows = np.flatnonzero(missing.any(axis=1))
+        needed = np.zeros(len(context.models), dtype=bool)
+        needed[context.prediction_rows()] = True
+        rows = np.flatnonzero(missing.any(axis=1) & needed)
         if len(rows):
             allowed = context.allowed()
             problems = np.stack([context.training_matrix(i, allowed) for i in rows])

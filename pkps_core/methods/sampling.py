@@ -164,7 +164,7 @@ def rs_learn_predictions(context: PredictionContext) -> tuple[np.ndarray, np.nda
     references = context.training_references
     for t, table in enumerate(context.item_tables()):
         answered = np.isfinite(table)
-        for i in range(len(context.models)):
+        for i in context.prediction_rows():
             core = np.flatnonzero(answered[i])
             if len(core) == 0:
                 notes[i, t] = "rs-learn: no scored responses in this cell"
@@ -196,7 +196,7 @@ def aipw_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray
     for t, table in enumerate(context.item_tables()):
         answered = np.isfinite(table)
         complete = answered.all(axis=1)
-        for i in range(len(context.models)):
+        for i in context.prediction_rows():
             core = np.flatnonzero(answered[i])
             if len(core) == 0:
                 notes[i, t] = "aipw: no scored responses in this cell"

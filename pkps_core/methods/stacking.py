@@ -20,6 +20,7 @@ own scores (:func:`conflicted_models`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -53,15 +54,19 @@ STACK_MEMBERS = {
 }
 
 
+@functools.lru_cache(maxsize=16)
 def simplex_grid(k: int, steps: int = STACK_STEP) -> np.ndarray:
     """Every weight vector of length ``k`` with entries in {0, 1/steps, …, 1} summing to 1
-    (stars and bars: ``C(steps + k − 1, k − 1)`` rows), heavier first members first."""
+    (stars and bars: ``C(steps + k − 1, k − 1)`` rows), heavier first members first.
+    Kept per (k, steps) and read-only: the grid is the same for every call."""
     rows = []
     for bars in itertools.combinations(range(steps + k - 1), k - 1):
         edges = np.array([-1, *bars, steps + k - 1])
         rows.append(np.diff(edges) - 1)
     grid = np.asarray(rows, dtype=float).reshape(-1, k) / steps
-    return grid[np.lexsort(-grid.T[::-1])]
+    grid = grid[np.lexsort(-grid.T[::-1])]
+    grid.setflags(write=False)
+    return grid
 
 
 def stacking_weights(members: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -87,7 +92,7 @@ def stacking_weights(members: np.ndarray, truth: np.ndarray) -> np.ndarray:
         return weights
     grid = simplex_grid(k)
     errors = np.abs(grid @ members - truth[None, :]).mean(axis=1)
-    return grid[int(np.argmin(errors))]
+    return grid[int(np.argmin(errors))].copy()
 
 
 def member_predictions(context: PredictionContext) -> dict[str, np.ndarray]:
@@ -181,10 +186,12 @@ def _ensemble_weights(context: PredictionContext) -> pd.DataFrame:
     calibrating = context.shadows[:, None] & np.isfinite(truth)
     folds = _shadow_folds(context)
     real = ~context.shadows[:, None]
+    needed = np.zeros(len(context.models), dtype=bool)
+    needed[context.prediction_rows()] = True  # weights only for the rows the run predicts
     rows = []
     for pattern in np.unique(code[code > 0]):
         used = [k for k in range(len(names)) if pattern & (1 << k)]
-        cells = code == pattern
+        cells = (code == pattern) & needed[:, None]
         for fold in [-1, *range(STACK_FOLDS)]:
             apply = cells & (real if fold < 0 else folds == fold)
             if not apply.any():

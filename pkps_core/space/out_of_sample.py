@@ -50,7 +50,34 @@ def out_of_sample_embedding(
     squared = 0.5 * (squared + squared.T)
     within = squared[np.ix_(inside, inside)]
     coordinates, eigenvalues = classical_mds(np.sqrt(within), n_components)
-    to_inside = squared[:, inside]
+    embedding = place_out_of_sample(squared[:, inside], within, coordinates, eigenvalues)
+    embedding[inside] = coordinates
+    return embedding
+
+
+def place_out_of_sample(
+    to_inside: np.ndarray,
+    within: np.ndarray,
+    coordinates: np.ndarray,
+    eigenvalues: np.ndarray,
+) -> np.ndarray:
+    """Place models by their squared distances to a fitted classical MDS (Gower's rule).
+
+    Parameters
+    ----------
+    to_inside : ndarray (n_new, n_inside)
+        Squared distances of the models to place to the inside models.
+    within : ndarray (n_inside, n_inside)
+        Squared distances among the inside models (the fit's D²).
+    coordinates, eigenvalues : ndarray (n_inside, d), (d,)
+        The inside models' classical MDS.
+
+    Returns
+    -------
+    ndarray (n_new, d): ``Λ⁻¹ Xᵀ b`` per model (0 on components whose eigenvalue is not
+    positive); an inside model's own row lands on its coordinates.
+    """
+    to_inside = np.atleast_2d(np.asarray(to_inside, dtype=float))
     inner = -0.5 * (
         to_inside
         - to_inside.mean(axis=1, keepdims=True)
@@ -58,7 +85,6 @@ def out_of_sample_embedding(
         + within.mean()
     )
     positive = eigenvalues > 1e-12 * max(float(eigenvalues.max(initial=0.0)), 1e-300)
-    embedding = np.zeros((len(squared), coordinates.shape[1]))
+    embedding = np.zeros((len(to_inside), coordinates.shape[1]))
     embedding[:, positive] = inner @ coordinates[:, positive] / eigenvalues[positive]
-    embedding[inside] = coordinates
     return embedding

@@ -1,0 +1,595 @@
+"""The fitted reference predictor: fit once on the references, place every new model fast.
+
+The new-model prediction (:func:`pkps_core.predict.build_context` with targets) calibrates
+everything on the references' *shadows* — copies observed like the targets
+(:mod:`pkps_core.methods.shadows`) — and none of that depends on the target: targets never
+inform anyone. :class:`ReferencePredictor` therefore does that work once per *profile*
+(a per-task budget m on the grid :data:`PROFILE_BUDGETS`, scored or responses-only) and
+keeps, per profile, the calibration run: the shadows, the PKPS and DKPS spaces of the
+references with their shadows (kernel sums, distances, MDS at the bandwidth chosen for
+that budget), every ensemble member's predictions of the shadows, the stacked ensemble's,
+the region check's thresholds and the item SDs.
+
+A new model is then *placed*: its texts are embedded with the references' embedder, its
+kernel sums against the references and shadows are computed (only the pairs that involve
+its responses, :func:`~pkps_core.space.increments.increment_sums`), its distances follow
+from Eq. (1) with the stored sums, and it is put into the stored MDS out of sample
+(Gower 1968; Trosset and Priebe 2008; the PKPS paper's ref. [45]) without moving anyone.
+Each member predicts its cells only, the stacking weights for its pattern of members are
+fitted on the stored shadow predictions, and its intervals come from the stored
+calibration. A batch of new models is placed in one pass (they never inform each other).
+
+The calibration profile of a new model is the grid budget at or below the median number
+of responses of its answered tasks, with its kind (scored if any response has a score);
+the output's ``note`` says which. A model that answered only some tasks gets a profile of
+its own (its tasks), fitted on first use and kept.
+
+The state is arrays and a few numbers (:meth:`ReferencePredictor.get_state`), kept in the
+store (:mod:`pkps_core.store.fits`) without pickle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from pkps_core.methods import METHODS, PredictionContext
+from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
+from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
+from pkps_core.predict import OUTPUT_COLUMNS, TARGET_BANDWIDTH_GRID
+from pkps_core.records import RecordsError, validate_records
+from pkps_core.space import kernels, prepare_cache
+from pkps_core.space.increments import increment_sums
+from pkps_core.space.knn import cell_matrix
+from pkps_core.space.out_of_sample import place_out_of_sample
+from pkps_core.trust import trust_columns
+from pkps_core.trust.extrapolation import region_distances
+
+__all__ = ["PROFILE_BUDGETS", "MODES", "Profile", "ReferencePredictor", "profile_of"]
+
+PROFILE_BUDGETS = (1, 2, 4, 8, 16, 32)
+MODES = ("scored", "responses-only")
+METHOD = "ensemble"
+SPACES = ("pkps", "dkps")
+PHANTOM = "\x00phantom target"
+NEW_TAG = " [new]"
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Who a calibration run rehearses: ``budget`` responses per task (at most the task's
+    queries), scored or not, on ``tasks`` (None: every task)."""
+
+    budget: int
+    scored: bool
+    tasks: tuple[str, ...] | None = None
+
+    @property
+    def key(self) -> str:
+        kind = "scored" if self.scored else "responses-only"
+        where = "all" if self.tasks is None else json.dumps(list(self.tasks))
+        return f"m={self.budget}|{kind}|{where}"
+
+    def describe(self) -> str:
+        kind = "scored" if self.scored else "responses only"
+        return f"calibrated at m = {self.budget} per task, {kind}"
+
+
+def profile_of(
+    n_responses: np.ndarray, scored: bool, tasks: np.ndarray, budgets: Sequence[int]
+) -> Profile:
+    """The profile of a new model with ``n_responses`` per task (0: unanswered): the grid
+    budget at or below its median over answered tasks, on its answered tasks."""
+    answered = n_responses > 0
+    median = float(np.median(n_responses[answered])) if answered.any() else 1.0
+    grid = np.asarray(sorted(budgets))
+    below = grid[grid <= median]
+    budget = int(below.max() if len(below) else grid.min())
+    subset = None if answered.all() else tuple(str(t) for t in tasks[answered])
+    return Profile(budget, bool(scored), subset)
+
+
+@dataclass
+class PlacedSpace:
+    """The part of a fitted :class:`~pkps_core.space.PerspectiveSpace` the methods read:
+    models, distances and MDS coordinates (new models placed out of sample)."""
+
+    models_: np.ndarray
+    families_: np.ndarray
+    distance_matrix_: np.ndarray
+    embedding_: np.ndarray
+    eigenvalues_: np.ndarray
+    query_bandwidth_: float
+    response_kernel: str = "linear"
+    response_bandwidth_: float = 1.0
+
+
+@dataclass
+class _Calibration:
+    """One profile's calibration run: the context of references and shadows, and what the
+    placement of new models reads from it."""
+
+    profile: Profile
+    context: PredictionContext
+    spaces: dict  # space name -> PlacedSpace of the context's models
+    sums: dict  # space name -> KernelSums of the context's models
+    grids: dict  # method name -> (n_models, n_tasks) predictions of the shadows
+    region_threshold: np.ndarray
+    fit_seconds: float = 0.0
+
+
+class ReferencePredictor:
+    """Fit once on reference models; predict new models from a few responses each.
+
+    Parameters
+    ----------
+    budgets : sequence of int, default=(1, 2, 4, 8, 16, 32)
+        Per-task budgets of the calibration profiles.
+    modes : sequence of {"scored", "responses-only"}, default both
+    holdout : {"family", "model"}, default="family"
+        Which references may not inform a new model (its family: the new-model protocol).
+    n_neighbors : int, default=5
+    shadow_repeats : int, default=2
+        Shadows per reference and profile (:mod:`pkps_core.methods.shadows`).
+    space_params : dict, optional
+        :class:`~pkps_core.space.PerspectiveSpace` parameters; defaults as in a run with
+        targets (U-statistic, the wider bandwidth grid).
+    random_state : int, default=0
+
+    Attributes
+    ----------
+    references_ : ndarray of str
+        The reference models.
+    tasks_ : ndarray of str
+    profiles_ : dict
+        Profile key -> fitted calibration.
+    fit_seconds_ : float
+    """
+
+    def __init__(
+        self,
+        *,
+        budgets: Sequence[int] = PROFILE_BUDGETS,
+        modes: Sequence[str] = MODES,
+        holdout: str = "family",
+        n_neighbors: int = 5,
+        shadow_repeats: int = SHADOW_REPEATS,
+        space_params: dict | None = None,
+        random_state: int = 0,
+    ):
+        self.budgets = budgets
+        self.modes = modes
+        self.holdout = holdout
+        self.n_neighbors = n_neighbors
+        self.shadow_repeats = shadow_repeats
+        self.space_params = space_params
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ settings
+
+    def _check_params(self) -> None:
+        budgets = list(self.budgets)
+        if not budgets or any(int(b) != b or b < 1 for b in budgets):
+            raise ValueError(f"budgets must be integers ≥ 1, got {budgets}")
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown or not len(self.modes):
+            raise ValueError(f"modes must be among {', '.join(MODES)}, got {list(self.modes)}")
+        if self.holdout not in ("family", "model"):
+            raise ValueError(f"holdout must be 'family' or 'model', got {self.holdout!r}")
+        if int(self.n_neighbors) < 1 or int(self.shadow_repeats) < 1:
+            raise ValueError("n_neighbors and shadow_repeats must be at least 1")
+
+    def _space_params(self) -> dict:
+        params = dict(self.space_params or {})
+        params.setdefault("self_pairs", "exclude")
+        params.setdefault("bandwidth_grid", TARGET_BANDWIDTH_GRID)
+        params.setdefault("random_state", self.random_state)
+        return params
+
+    def settings(self) -> dict:
+        """The parameters as JSON-able values (the store keys a fit by them)."""
+        return {
+            "budgets": [int(b) for b in self.budgets],
+            "modes": list(self.modes),
+            "holdout": self.holdout,
+            "n_neighbors": int(self.n_neighbors),
+            "shadow_repeats": int(self.shadow_repeats),
+            "space_params": {k: _jsonable(v) for k, v in self._space_params().items()},
+            "random_state": int(self.random_state),
+            "state_version": STATE_VERSION,
+        }
+
+    # ------------------------------------------------------------------ fit
+
+    def fit(
+        self, records: pd.DataFrame, *, progress: Callable[[float, str], None] | None = None
+    ) -> ReferencePredictor:
+        """Calibrate every profile on ``records`` (the references, with embeddings or
+        texts; texts are embedded once with the offline embedder).
+
+        ``progress(fraction, message)`` is called before each profile.
+        """
+        self._check_params()
+        started = time.perf_counter()
+        frame = validate_records(records)
+        self._set_references(frame)
+        profiles = [
+            Profile(int(b), mode == "scored") for mode in self.modes for b in sorted(self.budgets)
+        ]
+        self.profiles_ = {}
+        for k, profile in enumerate(profiles):
+            if progress is not None:
+                progress(k / len(profiles), f"calibrating {profile.describe()}")
+            self._calibrate(profile)
+        if progress is not None:
+            progress(1.0, "done")
+        self.fit_seconds_ = time.perf_counter() - started
+        return self
+
+    def _set_references(self, frame: pd.DataFrame) -> None:
+        if frame["model"].nunique() < 2:
+            raise RecordsError("a reference predictor needs at least two reference models")
+        self.reference_frame_ = frame
+        self.prepared_ = prepare_cache(frame, validated=True)
+        self.references_ = self.prepared_.models
+        self.tasks_ = self.prepared_.tasks
+        self._reference_cells = cell_matrix(
+            self.prepared_.cells, self.prepared_.models, self.prepared_.tasks, "reference"
+        )
+        self.task_queries_ = (
+            self.prepared_.query_keys.iloc[:, 0].value_counts().reindex(self.tasks_).to_numpy()
+        )
+
+    def _profile_context(self, profile: Profile) -> PredictionContext:
+        """References and their shadows observed like a target of ``profile``."""
+        prepared = self.prepared_
+        models, tasks = prepared.models, prepared.tasks
+        n = np.nan_to_num(cell_matrix(prepared.cells, models, tasks, "n_responses")).astype(int)
+        scored = np.isfinite(cell_matrix(prepared.cells, models, tasks, "sample_score"))
+        references = cell_matrix(prepared.cells, models, tasks, "reference")
+        budget = np.minimum(profile.budget, self.task_queries_)
+        if profile.tasks is not None:
+            budget = np.where(np.isin(tasks, profile.tasks), budget, 0)
+        phantom_models = np.append(models, PHANTOM)
+        n_all = np.vstack([n, budget[None, :]])
+        scored_all = np.vstack([scored, np.full((1, len(tasks)), profile.scored)])
+        targets = np.append(np.zeros(len(models), dtype=bool), True)
+        references_all = np.vstack([references, np.full((1, len(tasks)), np.nan)])
+        rows, origin_of = shadow_records(
+            prepared.frame,
+            phantom_models,
+            tasks,
+            n_all,
+            scored_all,
+            targets,
+            references_all,
+            repeats=int(self.shadow_repeats),
+            seed=int(self.random_state),
+        )
+        if rows is None:
+            raise RecordsError("no reference model has a reference score to calibrate on")
+        frame = self.reference_frame_
+        augmented = prepare_cache(
+            pd.concat([prepared.frame, rows], ignore_index=True), validated=True
+        )
+        records = pd.concat([frame, rows[list(frame.columns)]], ignore_index=True)
+        position = {model: i for i, model in enumerate(augmented.models)}
+        origin = np.full(len(augmented.models), -1)
+        for shadow, model in origin_of.items():
+            if shadow in position:
+                origin[position[shadow]] = position[model]
+        shadows = origin >= 0
+        return PredictionContext(
+            records=records,
+            prepared=augmented,
+            holdout=self.holdout,
+            targets=shadows,
+            space_params=self._space_params(),
+            n_neighbors=int(self.n_neighbors),
+            origin=origin,
+            rows=shadows,
+        )
+
+    def _calibrate(self, profile: Profile) -> _Calibration:
+        started = time.perf_counter()
+        context = self._profile_context(profile)
+        sums, spaces = {}, {}
+        for name in SPACES:
+            if context.space_unavailable(name) is not None:
+                continue
+            space = context.space(name)
+            best = (
+                0
+                if name == "dkps"
+                else int(np.argmin(np.abs(space.bandwidth_grid_ - space.query_bandwidth_)))
+            )
+            sums[name] = space.kernel_sums_[best]
+            spaces[name] = PlacedSpace(
+                models_=context.models,
+                families_=context.families,
+                distance_matrix_=space.distance_matrix_,
+                embedding_=space.embedding_,
+                eigenvalues_=space.eigenvalues_,
+                query_bandwidth_=float(space.query_bandwidth_),
+                response_kernel=space.response_kernel,
+                response_bandwidth_=float(getattr(space, "response_bandwidth_", 1.0)),
+            )
+        _, threshold = region_distances(context)
+        context.item_sd()
+        grids = dict(member_predictions(context))
+        grids[METHOD] = METHODS[METHOD](context).prediction
+        calibration = _Calibration(
+            profile=profile,
+            context=context,
+            spaces=spaces,
+            sums=sums,
+            grids=grids,
+            region_threshold=np.asarray(threshold, dtype=float),
+            fit_seconds=time.perf_counter() - started,
+        )
+        self.profiles_[profile.key] = calibration
+        return calibration
+
+    # ------------------------------------------------------------------ predict
+
+    def predict(
+        self,
+        records: pd.DataFrame,
+        *,
+        level: float | None = 0.9,
+        rename_existing: bool = True,
+    ) -> pd.DataFrame:
+        """Predict every cell of the new models in ``records`` (one or many models).
+
+        Parameters
+        ----------
+        records : DataFrame
+            Canonical records of the new models only, with embeddings in the references'
+            space (:meth:`pkps_core.store.Store.fitted_embedder` or the same precomputed
+            vectors) or texts when the references were given as texts.
+        level : float or None, default=0.9
+            Coverage of the conformal intervals and the extrapolation warnings (None: no
+            intervals).
+        rename_existing : bool, default=True
+            A new model named like a reference is predicted as that name (the reference
+            is not used for it); its rows carry its own name in the output.
+
+        Returns
+        -------
+        DataFrame with :data:`~pkps_core.predict.OUTPUT_COLUMNS` plus ``profile``: one row
+        per (new model, task) of the ensemble.
+        """
+        return self.predict_contexts(records, level=level)[0]
+
+    def predict_contexts(
+        self, records: pd.DataFrame, *, level: float | None = 0.9
+    ) -> tuple[pd.DataFrame, list[tuple[PredictionContext, list[str]]]]:
+        """:meth:`predict`, and each placement run's context with its new models (for the
+        report's neighbours, standings and responses)."""
+        if not hasattr(self, "profiles_"):
+            raise RuntimeError("the predictor is not fitted; call fit() or load it from a store")
+        new = self._new_records(records)
+        groups: dict[str, tuple[Profile, list[str]]] = {}
+        for model, part in new.groupby("model", sort=True):
+            counts = part.groupby("task").size().reindex(self.tasks_, fill_value=0).to_numpy()
+            scored = "score" in part.columns and bool(part["score"].notna().any())
+            profile = profile_of(counts, scored, self.tasks_, self.budgets)
+            groups.setdefault(profile.key, (profile, []))[1].append(str(model))
+        frames, contexts = [], []
+        for profile, models in groups.values():
+            calibration = self.profiles_.get(profile.key) or self._calibrate(profile)
+            part = new[new["model"].isin(models)]
+            context = self._placement_context(calibration, part)
+            frames.append(self._predict_placed(calibration, context, level))
+            contexts.append((context, models))
+        out = pd.concat(frames, ignore_index=True)
+        out["model"] = out["model"].map(lambda m: self._renamed.get(m, m))
+        return out.sort_values(["model", "task"], kind="stable").reset_index(drop=True), contexts
+
+    def _new_records(self, records: pd.DataFrame) -> pd.DataFrame:
+        new = validate_records(records)
+        unknown = sorted(set(new["task"].astype(str)) - set(self.tasks_))
+        if unknown:
+            shown = ", ".join(repr(t) for t in unknown[:5])
+            raise RecordsError(
+                f"task(s) {shown} are not among the references' tasks "
+                f"({', '.join(map(str, self.tasks_[:8]))}); a new model is predicted on the "
+                "references' tasks only — rename the tasks or add references that answered them"
+            )
+        self._renamed = {}
+        family = dict(zip(self.prepared_.models, self.prepared_.families, strict=True))
+        for model in sorted(set(new["model"].astype(str)) & set(self.references_)):
+            # a reference predicted as new: its stored row is hidden from this run
+            name = f"{model}{NEW_TAG}"
+            rows = new["model"] == model
+            new.loc[rows, "model"] = name
+            new.loc[rows, "family"] = family[model]
+            self._renamed[name] = model
+        columns = list(self.reference_frame_.columns)
+        missing = [
+            c for c in ("query_embedding", "response_embedding") if c in columns and c not in new
+        ]
+        if missing:
+            raise RecordsError(
+                f"the new model's records lack {', '.join(missing)}; embed their texts with the "
+                "references' embedder first (Store.fitted_embedder)"
+            )
+        return new[[c for c in columns if c in new.columns]]
+
+    def _placement_context(self, calibration: _Calibration, new: pd.DataFrame) -> PredictionContext:
+        """The calibration context with the new models added as targets, their spaces
+        placed out of sample and every stored grid carried over."""
+        base = calibration.context
+        records = pd.concat([base.records, new], ignore_index=True)
+        prepared = prepare_cache(records, validated=True)
+        index = np.searchsorted(prepared.models, base.models)
+        n = len(prepared.models)
+        is_new = np.ones(n, dtype=bool)
+        is_new[index] = False
+        origin = np.full(n, -1)
+        old_origin = np.asarray(base.origin)
+        origin[index] = np.where(old_origin >= 0, index[np.maximum(old_origin, 0)], -1)
+        hidden = np.isin(prepared.models, list(self._renamed.values()))
+        context = PredictionContext(
+            records=records,
+            prepared=prepared,
+            holdout=base.holdout,
+            targets=(origin >= 0) | is_new | hidden,
+            space_params=base.space_params,
+            n_neighbors=base.n_neighbors,
+            origin=origin,
+            rows=is_new,
+        )
+        context.shared["item_sd"] = base.item_sd()
+        for name, sums in calibration.sums.items():
+            context.shared[("space", name)] = _place(
+                calibration.spaces[name], sums, prepared, index, is_new, base
+            )
+        return context
+
+    def _predict_placed(
+        self, calibration: _Calibration, context: PredictionContext, level: float | None
+    ) -> pd.DataFrame:
+        is_new = np.asarray(context.rows, dtype=bool)
+        index = np.flatnonzero(~is_new)
+        carried = {}
+        for name, grid in calibration.grids.items():
+            full = np.full((len(context.models), len(context.tasks)), np.nan)
+            full[index] = grid
+            carried[name] = full
+        for name, compute in STACK_MEMBERS.items():
+            if name == "lrmc":
+                continue
+            prediction, notes = compute(context)
+            merged = np.where(is_new[:, None], prediction, carried.get(name, prediction))
+            context.cache[("method", name)] = (merged, notes)
+        missing = (context.n_responses == 0) & is_new[:, None]
+        if missing.any() or "lrmc" in carried:
+            from pkps_core.methods.lrmc import LRMC_INITS, lrmc_missing_predictions
+
+            prediction, notes = lrmc_missing_predictions(context)
+            if "lrmc" in carried:
+                prediction = np.where(is_new[:, None], prediction, carried["lrmc"])
+            context.cache[("lrmc-missing", LRMC_INITS)] = (prediction, notes)
+        prediction, notes = METHODS[METHOD].compute(context)
+        prediction = np.where(is_new[:, None], prediction, carried[METHOD])
+        context.cache[("method", METHOD)] = (prediction, notes)
+        if context.space_unavailable("pkps") is None:
+            pkps = context.space("pkps")
+            nearest = _nearest_allowed(
+                pkps.distance_matrix_, context.training_references, context.allowed()
+            )
+            context.cache["region"] = (nearest, calibration.region_threshold)
+        shape = prediction.shape
+        if level is None:
+            trust = {
+                "lower": np.full(shape, np.nan),
+                "upper": np.full(shape, np.nan),
+                "extrapolation": np.zeros(shape, dtype=bool),
+                "extrapolation_reason": np.full(shape, "", dtype=object),
+            }
+        else:
+            trust = trust_columns(context, METHOD, prediction, level)
+        rows = np.flatnonzero(is_new)
+        n_tasks = len(context.tasks)
+        note = np.asarray(notes, dtype=object)[rows].ravel()
+        described = calibration.profile.describe()
+        note = np.where(note == "", described, note + "; " + described)
+        reference = context.reference_score[rows].copy()
+        for k, i in enumerate(rows):  # a reference predicted as new: its full score is truth
+            original = self._renamed.get(str(context.models[i]))
+            if original is not None:
+                reference[k] = self._reference_cells[np.searchsorted(self.references_, original)]
+        return pd.DataFrame(
+            {
+                "model": np.repeat(context.models[rows], n_tasks),
+                "task": np.tile(context.tasks, len(rows)),
+                "method": METHOD,
+                "prediction": prediction[rows].ravel(),
+                "sample_score": context.sample[rows].ravel(),
+                "n_responses": context.n_responses[rows].ravel(),
+                "reference_score": reference.ravel(),
+                "note": note,
+                "lower": trust["lower"][rows].ravel(),
+                "upper": trust["upper"][rows].ravel(),
+                "extrapolation": trust["extrapolation"][rows].ravel(),
+                "extrapolation_reason": np.asarray(trust["extrapolation_reason"], dtype=object)[
+                    rows
+                ].ravel(),
+                "profile": calibration.profile.key,
+            }
+        )[[*OUTPUT_COLUMNS, "profile"]]
+
+
+def _nearest_allowed(distances: np.ndarray, references: np.ndarray, allowed: np.ndarray):
+    usable = allowed[:, :, None] & np.isfinite(references)[None, :, :]
+    return np.where(usable, distances[:, :, None], np.inf).min(axis=1)
+
+
+def _features(prepared, response_kernel: str) -> np.ndarray:
+    features = prepared.response_vectors
+    if prepared.representation == "embedding":
+        features = kernels.normalize_rows(features)
+    return features
+
+
+def _place(
+    fitted: PlacedSpace,
+    sums: kernels.KernelSums,
+    prepared,
+    index: np.ndarray,
+    is_new: np.ndarray,
+    base: PredictionContext,
+) -> PlacedSpace:
+    """``fitted`` with the new models' rows: their kernel sums against everyone (Eq. 1,
+    only the pairs with their responses), D from the stored sums, MDS out of sample."""
+    n = len(prepared.models)
+    kernel = fitted.response_kernel
+    features = _features(prepared, kernel)
+    queries = prepared.query_vectors
+    bandwidth = float(fitted.query_bandwidth_) if queries is not None else 0.0
+    new_rows = is_new[prepared.layout.model_idx]
+    numerator, denominator = increment_sums(
+        prepared.layout,
+        features,
+        queries,
+        bandwidth,
+        new_rows,
+        response_kernel=kernel,
+        response_bandwidth=fitted.response_bandwidth_,
+    )
+    numerator[np.ix_(index, index)] += sums.numerator
+    denominator[np.ix_(index, index)] += sums.denominator
+    self_numerator, self_denominator = kernels.self_sums(prepared.layout, features, kernel)
+    joint = kernels.KernelSums(numerator, denominator, self_numerator, self_denominator)
+    affinity, _ = kernels.affinity_from_sums(joint, base.space_params.get("self_pairs", "exclude"))
+    distance, _ = kernels.distance_from_affinity(affinity)
+    distance[np.ix_(index, index)] = fitted.distance_matrix_
+    within = fitted.distance_matrix_**2
+    embedding = np.zeros((n, fitted.embedding_.shape[1]))
+    embedding[index] = fitted.embedding_
+    embedding[is_new] = place_out_of_sample(
+        distance[np.ix_(is_new, index)] ** 2, within, fitted.embedding_, fitted.eigenvalues_
+    )
+    return dataclasses.replace(
+        fitted,
+        models_=prepared.models,
+        families_=prepared.families,
+        distance_matrix_=distance,
+        embedding_=embedding,
+    )
+
+
+def _jsonable(value):
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,109 @@
+"""The fitted reference predictor: the same answers as the refit path, without the refit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pkps_core.predict import build_context, predict
+from pkps_core.predictor import PROFILE_BUDGETS, ReferencePredictor, profile_of
+from pkps_core.records import RecordsError
+from pkps_core.synthetic import make_synthetic
+
+NEW = ("m010", "m021")
+
+
+@pytest.fixture(scope="module")
+def cache():
+    records = make_synthetic(
+        n_models=30, n_tasks=4, budget=24, rho=1.0, random_state=3, family_size=3
+    ).records
+    names = sorted(records["model"].unique())
+    new_models = [names[10], names[21]]
+    references = records[~records["model"].isin(new_models)]
+    thin = records[records["model"].isin(new_models)].groupby(["model", "task"]).sample(
+        4, random_state=0
+    )
+    return records, references, thin, new_models
+
+
+@pytest.fixture(scope="module")
+def fitted(cache):
+    _, references, _, _ = cache
+    return ReferencePredictor(budgets=(2, 4), modes=("scored", "responses-only")).fit(references)
+
+
+def _refit(references, thin, model):
+    records = pd.concat([references, thin[thin["model"] == model]], ignore_index=True)
+    context = build_context(records, holdout="family", targets=[model])
+    out = predict(context, ["ensemble"], intervals=0.9)
+    return out[out["model"] == model].set_index("task")
+
+
+def test_the_placed_prediction_matches_the_refit_paths(cache, fitted):
+    _, references, thin, new_models = cache
+    fast = fitted.predict(thin)
+    for model in new_models:
+        slow = _refit(references, thin, model)
+        mine = fast[fast["model"] == model].set_index("task").loc[slow.index]
+        # the joint MDS of the refit path moves the references a little when the target
+        # joins; the placed model leaves them where the fit put them
+        assert np.abs(mine["prediction"] - slow["prediction"]).max() < 0.05
+        assert np.abs(mine["upper"] - mine["lower"] - (slow["upper"] - slow["lower"])).max() < 0.1
+        assert (mine["lower"] <= mine["prediction"] + 1e-12).all()
+        assert (mine["prediction"] <= mine["upper"] + 1e-12).all()
+
+
+def test_a_batch_gives_each_model_what_it_gets_alone(cache, fitted):
+    _, _, thin, new_models = cache
+    batch = fitted.predict(thin).set_index(["model", "task"])
+    for model in new_models:
+        alone = fitted.predict(thin[thin["model"] == model]).set_index(["model", "task"])
+        np.testing.assert_allclose(
+            batch.loc[alone.index, "prediction"], alone["prediction"], atol=1e-12
+        )
+        np.testing.assert_allclose(batch.loc[alone.index, "upper"], alone["upper"], atol=1e-12)
+
+
+def test_a_model_without_scores_is_calibrated_on_unscored_shadows(cache, fitted):
+    _, _, thin, new_models = cache
+    unscored = thin.assign(score=np.nan)
+    out = fitted.predict(unscored)
+    assert out["profile"].str.contains("responses-only").all()
+    assert out["prediction"].notna().all()
+    assert out["note"].str.contains("responses only").all()
+
+
+def test_the_profile_is_the_grid_budget_at_or_below_the_median():
+    tasks = np.array(["a", "b", "c"])
+    assert profile_of(np.array([5, 7, 9]), True, tasks, PROFILE_BUDGETS).budget == 4
+    assert profile_of(np.array([8, 8, 40]), False, tasks, PROFILE_BUDGETS).budget == 8
+    partial = profile_of(np.array([3, 0, 3]), True, tasks, PROFILE_BUDGETS)
+    assert partial.budget == 2 and partial.tasks == ("a", "c")
+
+
+def test_a_model_on_some_tasks_gets_a_profile_of_its_own(cache, fitted):
+    _, _, thin, new_models = cache
+    some = thin[(thin["model"] == new_models[0]) & (thin["task"] != thin["task"].min())]
+    out = fitted.predict(some)
+    assert len(out) == thin["task"].nunique()  # every task predicted, the missing one too
+    missing = out[out["n_responses"] == 0]
+    assert len(missing) == 1 and missing["prediction"].notna().all()
+
+
+def test_unknown_tasks_are_refused_by_name(cache, fitted):
+    _, _, thin, new_models = cache
+    odd = thin[thin["model"] == new_models[0]].assign(task="not-a-task")
+    with pytest.raises(RecordsError, match="not-a-task"):
+        fitted.predict(odd)
+
+
+def test_a_reference_predicted_as_new_is_judged_against_its_full_score(cache):
+    records, references, thin, new_models = cache
+    predictor = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(records)
+    model = new_models[0]
+    out = predictor.predict(thin[thin["model"] == model])
+    full = records[records["model"] == model].groupby("task")["reference_score"].first()
+    np.testing.assert_allclose(out.set_index("task")["reference_score"], full.loc[out["task"]])
+    assert (out["model"] == model).all()
