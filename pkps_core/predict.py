@@ -136,7 +136,9 @@ def _with_shadows(frame, prepared, targets, repeats, seed):
     position = {model: i for i, model in enumerate(augmented.models)}
     origin = np.full(len(augmented.models), -1)
     for shadow, model in origin_of.items():
-        origin[position[shadow]] = position[model]
+        # a reference that shares no task with the target it mirrors has no rows: no shadow
+        if shadow in position:
+            origin[position[shadow]] = position[model]
     real_targets = set(models[targets])
     mask = np.array([m in real_targets for m in augmented.models]) | (origin >= 0)
     return records, augmented, mask, origin

@@ -22,8 +22,10 @@ def cache():
     names = sorted(records["model"].unique())
     new_models = [names[10], names[21]]
     references = records[~records["model"].isin(new_models)]
-    thin = records[records["model"].isin(new_models)].groupby(["model", "task"]).sample(
-        4, random_state=0
+    thin = (
+        records[records["model"].isin(new_models)]
+        .groupby(["model", "task"])
+        .sample(4, random_state=0)
     )
     return records, references, thin, new_models
 

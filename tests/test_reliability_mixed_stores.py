@@ -1,0 +1,82 @@
+"""New-model paths on a store that mixes benchmarks: references that share no task with the
+target do not serve it, and nothing crashes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pkps_core.predict import build_context, predict
+from pkps_core.predictor import ReferencePredictor
+from pkps_core.views.new_model import new_model_report
+
+
+def _mixed_records() -> pd.DataFrame:
+    """Group A answers tasks a1, a2; group B answers b1, b2; six models each."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for group, tasks in (("A", ("a1", "a2")), ("B", ("b1", "b2"))):
+        for k in range(6):
+            model = f"{group.lower()}{k}/model"
+            skill = rng.normal()
+            for task in tasks:
+                for q in range(6):
+                    rows.append(
+                        {
+                            "model": model,
+                            "task": task,
+                            "query_id": f"q{q}",
+                            "query": f"{task} question {q} about topic {q % 3}",
+                            "response": f"answer {q} by {group} with style {k % 3} {'long ' * k}",
+                            "score": float(1 / (1 + np.exp(-(skill + rng.normal(0, 0.5))))),
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def records():
+    return _mixed_records()
+
+
+def test_targets_with_references_that_share_no_task_are_predicted(records):
+    context = build_context(records, holdout="family", targets=["a0/model"])
+    out = predict(context, ["ensemble"], intervals=0.9)
+    own = out[out["model"] == "a0/model"]
+    assert set(own["task"]) == {"a1", "a2", "b1", "b2"}
+    assert own.loc[own["task"].isin(["a1", "a2"]), "prediction"].notna().all()
+
+
+def test_the_new_model_report_of_a_mixed_store(records):
+    report = new_model_report(records, "a0/model")
+    answered = report.tasks[report.tasks["task"].isin(["a1", "a2"])]
+    assert answered["prediction"].notna().all()
+
+
+def test_the_fitted_predictor_on_a_mixed_store(records):
+    references = records[records["model"] != "a0/model"]
+    predictor = ReferencePredictor(budgets=(2,), modes=("scored",)).fit(references)
+    thin = records[records["model"] == "a0/model"].groupby("task").head(2)
+    out = predictor.predict(thin)
+    assert out.loc[out["task"].isin(["a1", "a2"]), "prediction"].notna().all()
+
+
+def test_report_cli_on_a_mixed_store(records, tmp_path):
+    source = tmp_path / "mixed.csv"
+    records.to_csv(source, index=False)
+    db = tmp_path / "store.duckdb"
+    run = [sys.executable, "-m", "pkps_core"]
+    done = subprocess.run(
+        [*run, "ingest", str(source), "--db", str(db)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run(
+        [*run, "report", "--db", str(db), "--model", "a0/model"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "a0/model" in done.stdout
