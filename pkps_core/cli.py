@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.cli_args import _bandwidth, _components, _csv_list, _interval_level, _number_list
+from pkps_core.cli_fit import add_parser as add_fit_parser
 from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_session
 from pkps_core.records import RecordsError, read_records
 from pkps_core.report import add_parser as add_report_parser
@@ -442,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--db", required=True)
     info.set_defaults(run=cmd_info)
     add_report_parser(sub)
+    add_fit_parser(sub)
     add_export_parser(sub)
     return parser
 

@@ -292,12 +292,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pkps_core.store import Store
     from pkps_core.store.opening import announce_on_stderr
     from pkps_core.views.new_model import new_model_report
+    from pkps_core.views.placed_model import placed_model_report
 
     with Store(args.db, read_only=True, on_wait=announce_on_stderr) as store:
         records = store.records()
-    report = new_model_report(
-        records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
-    )
+        predictor = None if args.refit else _kept_predictor(store, records, args)
+    if predictor is not None and args.model in set(records["model"].astype(str)):
+        report = placed_model_report(predictor, records[records["model"] == args.model])
+    else:
+        report = new_model_report(
+            records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
+        )
     if args.csv:
         report.rows().to_csv(args.csv, index=False)
     if args.out and Path(args.out).suffix.lower() == ".png":
@@ -325,6 +330,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kept_predictor(store, records, args):
+    """The store's fitted reference predictor (``fit``), or None with a note on stderr when
+    it has none for these settings or its references changed since."""
+    from pkps_core.predictor import StaleFit, stored_predictor
+
+    try:
+        return stored_predictor(
+            store, fit="never", records=records, holdout=args.holdout, random_state=args.seed
+        )
+    except StaleFit as exc:
+        print(f"note: {exc}; refitting for this report instead", file=sys.stderr)
+        return None
+
+
 def add_parser(sub) -> None:
     """Register ``report`` on the CLI's subparsers."""
     parser = sub.add_parser("report", help="a new model's report: predictions, rank, next")
@@ -339,4 +358,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--csv", help="also write the per-task rows as CSV here")
     parser.add_argument("--holdout", choices=["model", "family"], default="family")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--refit",
+        action="store_true",
+        help="refit everything for this model instead of reading the store's fitted predictor",
+    )
     parser.set_defaults(run=cmd_report)

@@ -29,7 +29,7 @@ LAYERS = [
     {"protocols"},
     {"views", "uploads", "demo"},
     {"report"},  # a view's content as figures, HTML and text, for the page and the CLI
-    {"cli", "cli_args", "cli_scale", "__main__", "__init__"},
+    {"cli", "cli_args", "cli_fit", "cli_scale", "__main__", "__init__"},
 ]
 
 

@@ -315,6 +315,21 @@ def new_model_report(
         raise RecordsError(f"unknown model {model!r}; it is not in the records")
     context = build_context(records, holdout=holdout, targets=[model], space_params=space_params)
     predictions = predict(context, [METHOD], intervals=level)
+    return _assemble(context, predictions, model, holdout, level, n_neighbours, started)
+
+
+def _assemble(
+    context,
+    predictions: pd.DataFrame,
+    model: str,
+    holdout: str,
+    level: float,
+    n_neighbours: int,
+    started: float,
+    hide: str | None = None,
+) -> NewModelReport:
+    """The report's parts from a run's context and predictions (``hide``: a reference of
+    the run the model itself is, never shown as its neighbour or competitor)."""
     queries = task_query_counts(context.records)
     own = predictions[predictions["model"] == model].join(queries, on="task")
     tasks = own.loc[:, list(TASK_COLUMNS)].reset_index(drop=True)
@@ -331,6 +346,8 @@ def new_model_report(
     overall |= _length_summary(context, model)
 
     standings = _reference_standings(context, predictions, queries, model)
+    if hide is not None and hide != model:
+        standings = standings[standings["model"] != hide]
     scores = standings.loc[standings["role"] == "reference", "overall"].to_numpy()
     rank = rank_interval(overall["prediction"], overall["lower"], overall["upper"], scores)
     independent = rank_interval(
@@ -343,7 +360,7 @@ def new_model_report(
     standings = standings.sort_values(["overall", "role"], ascending=[False, True], kind="stable")
     standings.insert(0, "rank", np.arange(1, len(standings) + 1))
 
-    real = ~context.shadows
+    real = ~context.shadows & (context.models != hide if hide != model else True)
     models = context.models[real]
     space = context.pkps
     distance = space.distance_matrix_[np.ix_(real, real)]
@@ -445,7 +462,10 @@ def _reference_standings(context, predictions, queries, model) -> pd.DataFrame:
     where a task has none (counted in ``filled_tasks``)."""
     cells = cell_table(context.records)[["model", "task", "reference"]]
     own = predictions[predictions["method"] == METHOD][["model", "task", "prediction"]]
-    frame = own.merge(cells, on=["model", "task"], how="left").join(queries, on="task")
+    references = context.models[~np.asarray(context.targets, dtype=bool)]
+    grid = pd.MultiIndex.from_product([references, context.tasks], names=["model", "task"])
+    frame = grid.to_frame(index=False).merge(own, on=["model", "task"], how="left")
+    frame = frame.merge(cells, on=["model", "task"], how="left").join(queries, on="task")
     frame = frame[frame["model"] != model]
     filled = frame["reference"].isna()
     frame["value"] = frame["reference"].where(~filled, frame["prediction"])

@@ -24,13 +24,16 @@ of responses of its answered tasks, with its kind (scored if any response has a 
 the output's ``note`` says which. A model that answered only some tasks gets a profile of
 its own (its tasks), fitted on first use and kept.
 
-The state is arrays and a few numbers (:meth:`ReferencePredictor.get_state`), kept in the
+The module is over 500 lines because fitting a profile and placing into it are one
+concept read together: the placement replays the calibration run's steps on the same
+context, and splitting them would put each step's two halves in two files.
+
+The state is arrays and a few numbers (:mod:`pkps_core.predictor.state`), kept in the
 store (:mod:`pkps_core.store.fits`) without pickle.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -43,15 +46,14 @@ from pkps_core.methods import METHODS, PredictionContext
 from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
 from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
 from pkps_core.predict import OUTPUT_COLUMNS, TARGET_BANDWIDTH_GRID
+from pkps_core.predictor.placement import PlacedSpace, nearest_allowed, place
 from pkps_core.records import RecordsError, validate_records
-from pkps_core.space import kernels, prepare_cache
-from pkps_core.space.increments import increment_sums
+from pkps_core.space import prepare_cache
 from pkps_core.space.knn import cell_matrix
-from pkps_core.space.out_of_sample import place_out_of_sample
 from pkps_core.trust import trust_columns
 from pkps_core.trust.extrapolation import region_distances
 
-__all__ = ["PROFILE_BUDGETS", "MODES", "Profile", "ReferencePredictor", "profile_of"]
+__all__ = ["MODES", "PROFILE_BUDGETS", "PlacedSpace", "Profile", "ReferencePredictor", "profile_of"]
 
 PROFILE_BUDGETS = (1, 2, 4, 8, 16, 32)
 MODES = ("scored", "responses-only")
@@ -77,9 +79,12 @@ class Profile:
         where = "all" if self.tasks is None else json.dumps(list(self.tasks))
         return f"m={self.budget}|{kind}|{where}"
 
-    def describe(self) -> str:
+    def label(self) -> str:
         kind = "scored" if self.scored else "responses only"
-        return f"calibrated at m = {self.budget} per task, {kind}"
+        return f"m = {self.budget} per task, {kind}"
+
+    def describe(self) -> str:
+        return f"calibrated at {self.label()}"
 
 
 def profile_of(
@@ -94,21 +99,6 @@ def profile_of(
     budget = int(below.max() if len(below) else grid.min())
     subset = None if answered.all() else tuple(str(t) for t in tasks[answered])
     return Profile(budget, bool(scored), subset)
-
-
-@dataclass
-class PlacedSpace:
-    """The part of a fitted :class:`~pkps_core.space.PerspectiveSpace` the methods read:
-    models, distances and MDS coordinates (new models placed out of sample)."""
-
-    models_: np.ndarray
-    families_: np.ndarray
-    distance_matrix_: np.ndarray
-    embedding_: np.ndarray
-    eigenvalues_: np.ndarray
-    query_bandwidth_: float
-    response_kernel: str = "linear"
-    response_bandwidth_: float = 1.0
 
 
 @dataclass
@@ -209,16 +199,21 @@ class ReferencePredictor:
     # ------------------------------------------------------------------ fit
 
     def fit(
-        self, records: pd.DataFrame, *, progress: Callable[[float, str], None] | None = None
+        self,
+        records: pd.DataFrame,
+        *,
+        progress: Callable[[float, str], None] | None = None,
+        validated: bool = False,
     ) -> ReferencePredictor:
         """Calibrate every profile on ``records`` (the references, with embeddings or
         texts; texts are embedded once with the offline embedder).
 
-        ``progress(fraction, message)`` is called before each profile.
+        ``progress(fraction, message)`` is called before each profile; ``validated``
+        skips the validation of records that already passed it (a store's).
         """
         self._check_params()
         started = time.perf_counter()
-        frame = validate_records(records)
+        frame = records if validated else validate_records(records)
         self._set_references(frame)
         profiles = [
             Profile(int(b), mode == "scored") for mode in self.modes for b in sorted(self.budgets)
@@ -226,7 +221,7 @@ class ReferencePredictor:
         self.profiles_ = {}
         for k, profile in enumerate(profiles):
             if progress is not None:
-                progress(k / len(profiles), f"calibrating {profile.describe()}")
+                progress(k / len(profiles), f"calibrating {profile.label()}")
             self._calibrate(profile)
         if progress is not None:
             progress(1.0, "done")
@@ -384,7 +379,7 @@ class ReferencePredictor:
             groups.setdefault(profile.key, (profile, []))[1].append(str(model))
         frames, contexts = [], []
         for profile, models in groups.values():
-            calibration = self.profiles_.get(profile.key) or self._calibrate(profile)
+            calibration = self._calibration(profile)
             part = new[new["model"].isin(models)]
             context = self._placement_context(calibration, part)
             frames.append(self._predict_placed(calibration, context, level))
@@ -392,6 +387,15 @@ class ReferencePredictor:
         out = pd.concat(frames, ignore_index=True)
         out["model"] = out["model"].map(lambda m: self._renamed.get(m, m))
         return out.sort_values(["model", "task"], kind="stable").reset_index(drop=True), contexts
+
+    def _calibration(self, profile: Profile) -> _Calibration:
+        """The profile's calibration: in memory, restored from a stored fit, or fitted now
+        (a profile off the grid: a model that answered only some tasks)."""
+        if profile.key in self.profiles_:
+            return self.profiles_[profile.key]
+        if profile.key in getattr(self, "_stored", {}):  # set by state.from_state
+            return self._restore(self, profile.key)
+        return self._calibrate(profile)
 
     def _new_records(self, records: pd.DataFrame) -> pd.DataFrame:
         new = validate_records(records)
@@ -449,7 +453,7 @@ class ReferencePredictor:
         )
         context.shared["item_sd"] = base.item_sd()
         for name, sums in calibration.sums.items():
-            context.shared[("space", name)] = _place(
+            context.shared[("space", name)] = place(
                 calibration.spaces[name], sums, prepared, index, is_new, base
             )
         return context
@@ -483,7 +487,7 @@ class ReferencePredictor:
         context.cache[("method", METHOD)] = (prediction, notes)
         if context.space_unavailable("pkps") is None:
             pkps = context.space("pkps")
-            nearest = _nearest_allowed(
+            nearest = nearest_allowed(
                 pkps.distance_matrix_, context.training_references, context.allowed()
             )
             context.cache["region"] = (nearest, calibration.region_threshold)
@@ -526,65 +530,6 @@ class ReferencePredictor:
                 "profile": calibration.profile.key,
             }
         )[[*OUTPUT_COLUMNS, "profile"]]
-
-
-def _nearest_allowed(distances: np.ndarray, references: np.ndarray, allowed: np.ndarray):
-    usable = allowed[:, :, None] & np.isfinite(references)[None, :, :]
-    return np.where(usable, distances[:, :, None], np.inf).min(axis=1)
-
-
-def _features(prepared, response_kernel: str) -> np.ndarray:
-    features = prepared.response_vectors
-    if prepared.representation == "embedding":
-        features = kernels.normalize_rows(features)
-    return features
-
-
-def _place(
-    fitted: PlacedSpace,
-    sums: kernels.KernelSums,
-    prepared,
-    index: np.ndarray,
-    is_new: np.ndarray,
-    base: PredictionContext,
-) -> PlacedSpace:
-    """``fitted`` with the new models' rows: their kernel sums against everyone (Eq. 1,
-    only the pairs with their responses), D from the stored sums, MDS out of sample."""
-    n = len(prepared.models)
-    kernel = fitted.response_kernel
-    features = _features(prepared, kernel)
-    queries = prepared.query_vectors
-    bandwidth = float(fitted.query_bandwidth_) if queries is not None else 0.0
-    new_rows = is_new[prepared.layout.model_idx]
-    numerator, denominator = increment_sums(
-        prepared.layout,
-        features,
-        queries,
-        bandwidth,
-        new_rows,
-        response_kernel=kernel,
-        response_bandwidth=fitted.response_bandwidth_,
-    )
-    numerator[np.ix_(index, index)] += sums.numerator
-    denominator[np.ix_(index, index)] += sums.denominator
-    self_numerator, self_denominator = kernels.self_sums(prepared.layout, features, kernel)
-    joint = kernels.KernelSums(numerator, denominator, self_numerator, self_denominator)
-    affinity, _ = kernels.affinity_from_sums(joint, base.space_params.get("self_pairs", "exclude"))
-    distance, _ = kernels.distance_from_affinity(affinity)
-    distance[np.ix_(index, index)] = fitted.distance_matrix_
-    within = fitted.distance_matrix_**2
-    embedding = np.zeros((n, fitted.embedding_.shape[1]))
-    embedding[index] = fitted.embedding_
-    embedding[is_new] = place_out_of_sample(
-        distance[np.ix_(is_new, index)] ** 2, within, fitted.embedding_, fitted.eigenvalues_
-    )
-    return dataclasses.replace(
-        fitted,
-        models_=prepared.models,
-        families_=prepared.families,
-        distance_matrix_=distance,
-        embedding_=embedding,
-    )
 
 
 def _jsonable(value):

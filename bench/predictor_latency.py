@@ -1,0 +1,213 @@
+"""The fitted reference predictor against the refit path, on AlpacaEval-40 and the demo store.
+
+Run from the repository root (about 10 minutes on 2 cores)::
+
+    PYTHONPATH=. .venv/bin/python bench/predictor_latency.py --out docs/predictor-latency.md
+
+Five AlpacaEval models are held out as new (their 4 responses per task uploaded, scored);
+the other 35 are ingested into a fresh DuckDB store (under ``/tmp``). Measured in one run:
+the refit path (:func:`pkps_core.views.new_model.new_model_report`) for one new model; the
+predictor's fit (``stored_predictor(fit="always")``); a new model's warm latency (predictor
+in memory, median of 5) split into embedding the upload and placing it
+(:func:`~pkps_core.views.new_model.placed_model_report`); cold latency (a fresh Python
+process that opens the store, reads the kept fit and reports the upload; and a fresh
+``report --model`` process on a stored model); the demo store's warm latency; and a batch
+of responses-only new models (10 held-out models × 17 draws of 4 responses per task =
+167 models against 30 references) against ``predict --targets``'s path (one
+:func:`pkps_core.predict.predict` call with every new model as a target) in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ALPACA = Path(__file__).resolve().parents[2] / "shared/data/alpaca_eval/alpaca_eval_40.parquet"
+HELD_OUT = 5
+BATCH_MODELS, BATCH_DRAWS, BATCH_SIZE = 10, 17, 167
+
+COLD = """
+import sys, time
+started = time.perf_counter()
+import pandas as pd
+from pkps_core.predictor import stored_predictor
+from pkps_core.store import Store
+from pkps_core.views.new_model import _embedded_like_the_store
+from pkps_core.views.placed_model import placed_model_report
+upload = pd.read_parquet(sys.argv[2])
+with Store(sys.argv[1], read_only=True) as store:
+    predictor = stored_predictor(store, fit="never")
+    embedders = {k: store.fitted_embedder(k) for k in ("query", "response")}
+upload = _embedded_like_the_store(upload, embedders)
+report = placed_model_report(predictor, upload)
+print(f"{time.perf_counter() - started:.2f}")
+"""
+
+
+def _thin(records: pd.DataFrame, m: int, seed: int) -> pd.DataFrame:
+    return records.groupby(["model", "task"]).sample(m, random_state=seed)
+
+
+def _timed(function, *args, **kwargs):
+    started = time.perf_counter()
+    value = function(*args, **kwargs)
+    return value, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the markdown table here too")
+    args = parser.parse_args()
+    if not ALPACA.exists():
+        print(f"skipped: {ALPACA} is absent")
+        return
+    from pkps_core.demo import ensure_demo_store
+    from pkps_core.predict import build_context, predict
+    from pkps_core.predictor import stored_predictor
+    from pkps_core.store import Store
+    from pkps_core.views.new_model import _embedded_like_the_store, new_model_report
+    from pkps_core.views.placed_model import placed_model_report
+
+    rows = []
+    data = pd.read_parquet(ALPACA)
+    models = sorted(data["model"].unique())
+    rng = np.random.default_rng(0)
+    new_models = list(rng.choice(models, HELD_OUT, replace=False))
+    references = data[~data["model"].isin(new_models)]
+    uploads = _thin(data[data["model"].isin(new_models)], 4, 0)
+    workdir = Path(tempfile.mkdtemp(prefix="pkps-bench-"))
+    db = workdir / "alpaca.duckdb"
+    with Store(db) as store:
+        _, seconds = _timed(store.ingest, references, source="alpaca")
+        store_records, read_seconds = _timed(store.records)
+        embedders = {k: store.fitted_embedder(k) for k in ("query", "response")}
+    rows.append(("AlpacaEval: ingest 35 references + embed", seconds))
+    rows.append(("AlpacaEval: read the store's records (warm file cache)", read_seconds))
+    first = uploads[uploads["model"] == new_models[0]]
+    embedded, embed_seconds = _timed(_embedded_like_the_store, first, embedders)
+    combined = pd.concat([store_records, embedded], ignore_index=True)
+    _, refit = _timed(new_model_report, combined, new_models[0])
+    rows.append(("refit path: one new model (new_model_report)", refit))
+    with Store(db) as store:
+        predictor, fit_seconds = _timed(stored_predictor, store, fit="always")
+    rows.append(("fit the predictor (12 profiles) and keep it in the store", fit_seconds))
+    warm = []
+    for model in new_models:
+        upload = uploads[uploads["model"] == model]
+        embedded, embed_seconds = _timed(_embedded_like_the_store, upload, embedders)
+        _, placed = _timed(placed_model_report, predictor, embedded)
+        warm.append((embed_seconds, placed))
+    rows.append(("warm: embed the upload (median of 5)", statistics.median(w[0] for w in warm)))
+    rows.append(
+        (
+            "warm: place + members + intervals + report (median)",
+            statistics.median(w[1] for w in warm),
+        )
+    )
+    rows.append(("warm: total (median)", statistics.median(sum(w) for w in warm)))
+    upload_file = workdir / "upload.parquet"
+    first.to_parquet(upload_file)
+    cold = []
+    for _ in range(2):
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", COLD, str(db), str(upload_file)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        cold.append((time.perf_counter() - started, float(done.stdout.strip().splitlines()[-1])))
+    rows.append(
+        ("cold: fresh process, read fit + report the upload (best of 2)", min(c[0] for c in cold))
+    )
+    started = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pkps_core",
+            "report",
+            "--db",
+            str(db),
+            "--model",
+            models[1] if models[1] not in new_models else models[2],
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows.append(
+        ("cold: `report --model` of a stored model (fresh process)", time.perf_counter() - started)
+    )
+
+    demo = ensure_demo_store(workdir / "demo.duckdb")
+    with Store(demo) as store:
+        demo_records = store.records()
+        demo_predictor, demo_fit = _timed(
+            stored_predictor, store, fit="always", records=demo_records
+        )
+    demo_model = sorted(demo_records["model"].unique())[0]
+    demo_upload = _thin(demo_records[demo_records["model"] == demo_model], 2, 0).assign(
+        model="uploaded model", family="uploaded"
+    )
+    demo_warm = [_timed(placed_model_report, demo_predictor, demo_upload)[1] for _ in range(5)]
+    rows.append(("demo store: fit the predictor", demo_fit))
+    rows.append(("demo store: warm placement + report (median of 5)", statistics.median(demo_warm)))
+
+    batch_refs = data[~data["model"].isin(models[:BATCH_MODELS])]
+    draws = []
+    for k in range(BATCH_DRAWS):
+        part = _thin(data[data["model"].isin(models[:BATCH_MODELS])], 4, k)
+        draws.append(part.assign(model=part["model"] + f" #{k}", score=np.nan))
+    batch = pd.concat(draws, ignore_index=True)
+    keep = sorted(batch["model"].unique())[:BATCH_SIZE]
+    batch = batch[batch["model"].isin(keep)]
+    from bench.embed_cache import embed_with
+
+    everything = embed_with(pd.concat([batch_refs, batch], ignore_index=True), "tfidf")
+    batch_refs_e = everything[~everything["model"].isin(keep)]
+    batch_e = everything[everything["model"].isin(keep)]
+    from pkps_core.predictor import ReferencePredictor
+
+    batch_predictor, batch_fit = _timed(
+        ReferencePredictor(modes=("responses-only",), budgets=(4,)).fit, batch_refs_e
+    )
+    _, fast_batch = _timed(batch_predictor.predict, batch_e)
+    context = build_context(everything, holdout="family", targets=keep)
+    _, slow_batch = _timed(predict, context, ["ensemble"], intervals=0.9)
+    rows.append((f"batch: {len(keep)} responses-only models, fit (m = 4 profile)", batch_fit))
+    rows.append((f"batch: {len(keep)} models placed in one call", fast_batch))
+    rows.append(("batch: the same through predict --targets's path", slow_batch))
+    lines = ["| step | seconds |", "|---|---|"]
+    lines += [f"| {name} | {value:.2f} |" for name, value in rows]
+    lines.append("")
+    warm_total = statistics.median(sum(w) for w in warm)
+    lines.append(
+        f"Ratios in this run: refit / warm total = {refit / warm_total:.0f}×; "
+        f"batch predict --targets / placed = {slow_batch / fast_batch:.0f}×; "
+        f"fit / one refit = {fit_seconds / refit:.1f}×."
+    )
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        header = (
+            "# The fitted reference predictor: latency\n\n"
+            "Regenerate with `PYTHONPATH=. .venv/bin/python bench/predictor_latency.py "
+            f"--out docs/predictor-latency.md` (commit {commit}, 2-core machine).\n\n"
+        )
+        Path(args.out).write_text(header + text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

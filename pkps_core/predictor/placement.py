@@ -1,0 +1,93 @@
+"""New models placed into a fitted perspective space: their kernel sums, D and coordinates.
+
+Only the pairs of responses that involve a new model are summed
+(:func:`~pkps_core.space.increments.increment_sums`, cost O(responses · p) per new model);
+its distances follow from Eq. (1) with the references' stored sums, and its coordinates
+from Gower's out-of-sample rule into the stored MDS (Eq. 2), which does not move anyone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from pkps_core.methods import PredictionContext
+from pkps_core.space import kernels
+from pkps_core.space.increments import increment_sums
+from pkps_core.space.out_of_sample import place_out_of_sample
+
+
+@dataclass
+class PlacedSpace:
+    """The part of a fitted :class:`~pkps_core.space.PerspectiveSpace` the methods read:
+    models, distances and MDS coordinates (new models placed out of sample)."""
+
+    models_: np.ndarray
+    families_: np.ndarray
+    distance_matrix_: np.ndarray
+    embedding_: np.ndarray
+    eigenvalues_: np.ndarray
+    query_bandwidth_: float
+    response_kernel: str = "linear"
+    response_bandwidth_: float = 1.0
+
+
+def nearest_allowed(distances: np.ndarray, references: np.ndarray, allowed: np.ndarray):
+    usable = allowed[:, :, None] & np.isfinite(references)[None, :, :]
+    return np.where(usable, distances[:, :, None], np.inf).min(axis=1)
+
+
+def _features(prepared, response_kernel: str) -> np.ndarray:
+    features = prepared.response_vectors
+    if prepared.representation == "embedding":
+        features = kernels.normalize_rows(features)
+    return features
+
+
+def place(
+    fitted: PlacedSpace,
+    sums: kernels.KernelSums,
+    prepared,
+    index: np.ndarray,
+    is_new: np.ndarray,
+    base: PredictionContext,
+) -> PlacedSpace:
+    """``fitted`` with the new models' rows: their kernel sums against everyone (Eq. 1,
+    only the pairs with their responses), D from the stored sums, MDS out of sample."""
+    n = len(prepared.models)
+    kernel = fitted.response_kernel
+    features = _features(prepared, kernel)
+    queries = prepared.query_vectors
+    bandwidth = float(fitted.query_bandwidth_) if queries is not None else 0.0
+    new_rows = is_new[prepared.layout.model_idx]
+    numerator, denominator = increment_sums(
+        prepared.layout,
+        features,
+        queries,
+        bandwidth,
+        new_rows,
+        response_kernel=kernel,
+        response_bandwidth=fitted.response_bandwidth_,
+    )
+    numerator[np.ix_(index, index)] += sums.numerator
+    denominator[np.ix_(index, index)] += sums.denominator
+    self_numerator, self_denominator = kernels.self_sums(prepared.layout, features, kernel)
+    joint = kernels.KernelSums(numerator, denominator, self_numerator, self_denominator)
+    affinity, _ = kernels.affinity_from_sums(joint, base.space_params.get("self_pairs", "exclude"))
+    distance, _ = kernels.distance_from_affinity(affinity)
+    distance[np.ix_(index, index)] = fitted.distance_matrix_
+    within = fitted.distance_matrix_**2
+    embedding = np.zeros((n, fitted.embedding_.shape[1]))
+    embedding[index] = fitted.embedding_
+    embedding[is_new] = place_out_of_sample(
+        distance[np.ix_(is_new, index)] ** 2, within, fitted.embedding_, fitted.eigenvalues_
+    )
+    return dataclasses.replace(
+        fitted,
+        models_=prepared.models,
+        families_=prepared.families,
+        distance_matrix_=distance,
+        embedding_=embedding,
+    )

@@ -1,0 +1,118 @@
+"""The reference predictor kept in the store: read back, never stale, never half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from pkps_core.predictor import StaleFit, stored_predictor
+from pkps_core.store import Store
+from pkps_core.store.fits import fit_status, load_fit, save_fit
+from pkps_core.synthetic import make_synthetic
+
+SETTINGS = {"budgets": (4,), "modes": ("scored",)}
+
+
+@pytest.fixture()
+def store_and_new(tmp_path):
+    records = make_synthetic(
+        n_models=24, n_tasks=3, budget=16, rho=1.0, random_state=5, family_size=3
+    ).records
+    new_model = sorted(records["model"].unique())[7]
+    references = records[records["model"] != new_model]
+    thin = records[records["model"] == new_model].groupby("task").head(4)
+    path = tmp_path / "store.duckdb"
+    with Store(path) as store:
+        store.ingest(references, source="references")
+    return path, thin
+
+
+def test_a_kept_fit_is_read_back_and_predicts_the_same(store_and_new):
+    path, thin = store_and_new
+    with Store(path) as store:
+        first = stored_predictor(store, **SETTINGS)
+        expected = first.predict(thin)
+    with Store(path, read_only=True) as store:
+        again = stored_predictor(store, fit="never", **SETTINGS)
+        got = again.predict(thin)
+    np.testing.assert_allclose(got["prediction"], expected["prediction"], atol=1e-12)
+    np.testing.assert_allclose(got["upper"], expected["upper"], atol=1e-12)
+
+
+def test_a_store_edited_after_its_fit_never_serves_the_old_fit(store_and_new):
+    path, thin = store_and_new
+    with Store(path) as store:
+        before = stored_predictor(store, **SETTINGS)
+        store.ingest(thin.assign(model="late reference", family="late"), source="late")
+        with pytest.raises(StaleFit, match="fit"):
+            stored_predictor(store, fit="never", **SETTINGS)
+        after = stored_predictor(store, **SETTINGS)  # refits
+    assert "late reference" in set(after.references_)
+    assert "late reference" not in set(before.references_)
+    with Store(path) as store:
+        from pkps_core.predictor import FIT_KIND, ReferencePredictor
+        from pkps_core.store.fits import fit_key
+
+        key = fit_key(FIT_KIND, ReferencePredictor(**SETTINGS).settings())
+        assert fit_status(store, key) == "current"
+
+
+def test_fitted_state_holds_no_objects(tmp_path):
+    with Store(tmp_path / "s.duckdb") as store:
+        with pytest.raises(Exception, match="only numbers and text"):
+            save_fit(store, "k", {}, {"bad": np.array([{"a": 1}], dtype=object)}, 0)
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from pkps_core.store import Store
+    from pkps_core.store.fits import save_fit
+
+    path = sys.argv[1]
+    with Store(path) as store:
+        k = 0
+        while True:
+            k += 1
+            value = float(k)
+            arrays = {f"a{i}": np.full((200, 200), value) for i in range(40)}
+            save_fit(store, "key", {"value": value}, arrays, 0)
+            print(k, flush=True)
+    """
+)
+
+
+def test_a_kill_during_the_write_leaves_the_old_fit_or_the_new_one(tmp_path):
+    path = tmp_path / "store.duckdb"
+    with Store(path) as store:
+        save_fit(
+            store, "key", {"value": 0.0}, {f"a{i}": np.zeros((200, 200)) for i in range(40)}, 0
+        )
+    values = []
+    for delay in (0.05, 0.3, 0.7):
+        process = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        process.stdout.readline()  # one save has committed: the next ones overwrite it
+        time.sleep(delay)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        with Store(path, read_only=True) as store:
+            found = load_fit(store, "key")
+        value = found.document["value"]
+        values.append(value)
+        assert len(found.arrays) == 40
+        for array in found.arrays.values():
+            assert array.shape == (200, 200)
+            assert np.all(array == value)
+        assert json.dumps(found.document)
+    assert max(values) > 0  # the kills fell on overwrites, not on the first write
