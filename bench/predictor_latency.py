@@ -77,6 +77,11 @@ def main() -> None:
     from pkps_core.views.placed_model import placed_model_report
 
     rows = []
+
+    def record(name: str, seconds: float) -> None:
+        rows.append((name, seconds))
+        print(f"| {name} | {seconds:.2f} |", flush=True)
+
     data = pd.read_parquet(ALPACA)
     models = sorted(data["model"].unique())
     rng = np.random.default_rng(0)
@@ -89,30 +94,28 @@ def main() -> None:
         _, seconds = _timed(store.ingest, references, source="alpaca")
         store_records, read_seconds = _timed(store.records)
         embedders = {k: store.fitted_embedder(k) for k in ("query", "response")}
-    rows.append(("AlpacaEval: ingest 35 references + embed", seconds))
-    rows.append(("AlpacaEval: read the store's records (warm file cache)", read_seconds))
+    record("AlpacaEval: ingest 35 references + embed", seconds)
+    record("AlpacaEval: read the store's records (warm file cache)", read_seconds)
     first = uploads[uploads["model"] == new_models[0]]
     embedded, embed_seconds = _timed(_embedded_like_the_store, first, embedders)
     combined = pd.concat([store_records, embedded], ignore_index=True)
     _, refit = _timed(new_model_report, combined, new_models[0])
-    rows.append(("refit path: one new model (new_model_report)", refit))
+    record("refit path: one new model (new_model_report)", refit)
     with Store(db) as store:
         predictor, fit_seconds = _timed(stored_predictor, store, fit="always")
-    rows.append(("fit the predictor (12 profiles) and keep it in the store", fit_seconds))
+    record("fit the predictor (12 profiles) and keep it in the store", fit_seconds)
     warm = []
     for model in new_models:
         upload = uploads[uploads["model"] == model]
         embedded, embed_seconds = _timed(_embedded_like_the_store, upload, embedders)
         _, placed = _timed(placed_model_report, predictor, embedded)
         warm.append((embed_seconds, placed))
-    rows.append(("warm: embed the upload (median of 5)", statistics.median(w[0] for w in warm)))
-    rows.append(
-        (
-            "warm: place + members + intervals + report (median)",
-            statistics.median(w[1] for w in warm),
-        )
+    record("warm: embed the upload (median of 5)", statistics.median(w[0] for w in warm))
+    record(
+        "warm: place + members + intervals + report (median)",
+        statistics.median(w[1] for w in warm),
     )
-    rows.append(("warm: total (median)", statistics.median(sum(w) for w in warm)))
+    record("warm: total (median)", statistics.median(sum(w) for w in warm))
     upload_file = workdir / "upload.parquet"
     first.to_parquet(upload_file)
     cold = []
@@ -125,9 +128,7 @@ def main() -> None:
             check=True,
         )
         cold.append((time.perf_counter() - started, float(done.stdout.strip().splitlines()[-1])))
-    rows.append(
-        ("cold: fresh process, read fit + report the upload (best of 2)", min(c[0] for c in cold))
-    )
+    record("cold: fresh process, read fit + report the upload (best of 2)", min(c[0] for c in cold))
     started = time.perf_counter()
     subprocess.run(
         [
@@ -144,8 +145,8 @@ def main() -> None:
         text=True,
         check=True,
     )
-    rows.append(
-        ("cold: `report --model` of a stored model (fresh process)", time.perf_counter() - started)
+    record(
+        "cold: `report --model` of a stored model (fresh process)", time.perf_counter() - started
     )
 
     demo = ensure_demo_store(workdir / "demo.duckdb")
@@ -159,8 +160,8 @@ def main() -> None:
         model="uploaded model", family="uploaded"
     )
     demo_warm = [_timed(placed_model_report, demo_predictor, demo_upload)[1] for _ in range(5)]
-    rows.append(("demo store: fit the predictor", demo_fit))
-    rows.append(("demo store: warm placement + report (median of 5)", statistics.median(demo_warm)))
+    record("demo store: fit the predictor", demo_fit)
+    record("demo store: warm placement + report (median of 5)", statistics.median(demo_warm))
 
     batch_refs = data[~data["model"].isin(models[:BATCH_MODELS])]
     draws = []
@@ -183,9 +184,9 @@ def main() -> None:
     _, fast_batch = _timed(batch_predictor.predict, batch_e)
     context = build_context(everything, holdout="family", targets=keep)
     _, slow_batch = _timed(predict, context, ["ensemble"], intervals=0.9)
-    rows.append((f"batch: {len(keep)} responses-only models, fit (m = 4 profile)", batch_fit))
-    rows.append((f"batch: {len(keep)} models placed in one call", fast_batch))
-    rows.append(("batch: the same through predict --targets's path", slow_batch))
+    record(f"batch: {len(keep)} responses-only models, fit (m = 4 profile)", batch_fit)
+    record(f"batch: {len(keep)} models placed in one call", fast_batch)
+    record("batch: the same through predict --targets's path", slow_batch)
     lines = ["| step | seconds |", "|---|---|"]
     lines += [f"| {name} | {value:.2f} |" for name, value in rows]
     lines.append("")

@@ -109,3 +109,33 @@ def test_a_reference_predicted_as_new_is_judged_against_its_full_score(cache):
     full = records[records["model"] == model].groupby("task")["reference_score"].first()
     np.testing.assert_allclose(out.set_index("task")["reference_score"], full.loc[out["task"]])
     assert (out["model"] == model).all()
+
+
+def test_appending_models_prepares_what_preparing_everything_gives(cache):
+    from pkps_core.predictor.placement import append_models
+    from pkps_core.records import validate_records
+    from pkps_core.space import prepare_cache
+
+    _, references, thin, _ = cache
+    base = prepare_cache(references)
+    new = validate_records(thin)[list(base.frame.columns)]
+    appended = append_models(base, new)
+    whole = prepare_cache(pd.concat([base.frame, new], ignore_index=True), validated=True)
+    np.testing.assert_array_equal(appended.models, whole.models)
+    np.testing.assert_array_equal(appended.families, whole.families)
+    np.testing.assert_array_equal(appended.layout.model_idx, whole.layout.model_idx)
+    np.testing.assert_array_equal(appended.response_vectors, whole.response_vectors)
+    np.testing.assert_array_equal(appended.scores, whole.scores)
+    np.testing.assert_array_equal(appended.task_of_response, whole.task_of_response)
+    # query indices may be numbered differently; the queries they point at are the same
+    keys_a = appended.query_keys.to_numpy()[appended.layout.query_idx]
+    keys_w = whole.query_keys.to_numpy()[whole.layout.query_idx]
+    np.testing.assert_array_equal(keys_a, keys_w)
+    np.testing.assert_array_equal(
+        appended.query_vectors[appended.layout.query_idx],
+        whole.query_vectors[whole.layout.query_idx],
+    )
+    pd.testing.assert_frame_equal(appended.cells, whole.cells)
+    pd.testing.assert_frame_equal(
+        appended.frame[["model", "task", "query_id"]], whole.frame[["model", "task", "query_id"]]
+    )

@@ -46,7 +46,7 @@ from pkps_core.methods import METHODS, PredictionContext
 from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
 from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
 from pkps_core.predict import OUTPUT_COLUMNS, TARGET_BANDWIDTH_GRID
-from pkps_core.predictor.placement import PlacedSpace, nearest_allowed, place
+from pkps_core.predictor.placement import PlacedSpace, append_models, nearest_allowed, place
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import prepare_cache
 from pkps_core.space.knn import cell_matrix
@@ -425,14 +425,14 @@ class ReferencePredictor:
                 f"the new model's records lack {', '.join(missing)}; embed their texts with the "
                 "references' embedder first (Store.fitted_embedder)"
             )
-        return new[[c for c in columns if c in new.columns]]
+        return new.reindex(columns=columns)  # the references' columns, NaN where absent
 
     def _placement_context(self, calibration: _Calibration, new: pd.DataFrame) -> PredictionContext:
         """The calibration context with the new models added as targets, their spaces
         placed out of sample and every stored grid carried over."""
         base = calibration.context
         records = pd.concat([base.records, new], ignore_index=True)
-        prepared = prepare_cache(records, validated=True)
+        prepared = append_models(base.prepared, new)
         index = np.searchsorted(prepared.models, base.models)
         n = len(prepared.models)
         is_new = np.ones(n, dtype=bool)
