@@ -232,3 +232,30 @@ def test_lrmc_on_missing_cells_only_fits_them_and_agrees_with_the_full_run(item_
     mae_full = np.abs(full[judged] - true[judged]).mean()
     assert mae_only <= mae_full + 0.01, (mae_only, mae_full)
     assert np.abs(only[both] - full[both]).mean() < 0.05
+
+
+@pytest.mark.parametrize("shape", [(30, 1), (30, 4), (35, 32), (8, 20), (5, 5), (40, 2)])
+def test_the_closed_form_ridges_are_sklearns(shape):
+    from sklearn.linear_model import Ridge, RidgeCV
+
+    from pkps_core.methods.sampling import RS_LEARN_ALPHAS, ridge_fit, ridge_loo_fit
+
+    rng = np.random.default_rng(sum(shape))
+    for trial in range(20):
+        features = rng.random(shape)
+        if trial % 4 == 0:
+            features[:, 0] = 0.5  # a column every source scored alike
+        if trial % 5 == 0:
+            features = (features > 0.5).astype(float)  # binary item scores
+        target = features @ rng.normal(size=shape[1]) + rng.normal(0, 0.1, shape[0])
+        coef, intercept = ridge_loo_fit(features, target, RS_LEARN_ALPHAS)
+        reference = RidgeCV(alphas=RS_LEARN_ALPHAS).fit(features, target)
+        query = rng.random((3, shape[1]))
+        np.testing.assert_allclose(
+            query @ coef + intercept, reference.predict(query), rtol=1e-9, atol=1e-9
+        )
+        coef, intercept = ridge_fit(features, target, 10.0)
+        reference = Ridge(alpha=10.0).fit(features, target)
+        np.testing.assert_allclose(
+            query @ coef + intercept, reference.predict(query), rtol=1e-9, atol=1e-9
+        )

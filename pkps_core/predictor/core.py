@@ -204,12 +204,14 @@ class ReferencePredictor:
         *,
         progress: Callable[[float, str], None] | None = None,
         validated: bool = False,
+        lazy: bool = False,
     ) -> ReferencePredictor:
         """Calibrate every profile on ``records`` (the references, with embeddings or
         texts; texts are embedded once with the offline embedder).
 
         ``progress(fraction, message)`` is called before each profile; ``validated``
-        skips the validation of records that already passed it (a store's).
+        skips the validation of records that already passed it (a store's); ``lazy``
+        calibrates each profile on its first use instead (a protocol run that needs one).
         """
         self._check_params()
         started = time.perf_counter()
@@ -218,6 +220,8 @@ class ReferencePredictor:
         profiles = [
             Profile(int(b), mode == "scored") for mode in self.modes for b in sorted(self.budgets)
         ]
+        if lazy:
+            profiles = []
         self.profiles_ = {}
         for k, profile in enumerate(profiles):
             if progress is not None:

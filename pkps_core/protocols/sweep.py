@@ -40,6 +40,9 @@ from pkps_core.protocols.reports import (
 from pkps_core.protocols.similarity import similarity_and_spread
 from pkps_core.trust import task_query_counts
 
+# The new-model ensemble through the fitted reference predictor (placed, not refitted);
+# named in a sweep's methods like any method, for the new-model protocol.
+PLACED = "ensemble-placed"
 DEFAULT_METHODS = {
     "query-efficiency": ("sample", "irt", "dkps", "pkps", "ensemble"),
     "completion": ("lrmc", "pkps", "ensemble"),
@@ -151,20 +154,42 @@ def _evaluate(
     With ``keep_intervals`` the rows also carry :data:`INTERVAL_COLUMNS` (``lower`` and
     ``upper`` NaN unless ``intervals`` gives a level).
     """
-    context = build_context(
-        masked,
-        holdout=holdout,
-        targets=list(targets) if targets is not None else None,
-        space_params={**(space_params or {}), "random_state": seed},
-        neighbours=neighbours,
-    )
-    predictions = predict(context, methods, intervals=intervals)
+    placed = PLACED in methods
+    methods = [m for m in methods if m != PLACED]
+    parts = []
+    if methods:
+        context = build_context(
+            masked,
+            holdout=holdout,
+            targets=list(targets) if targets is not None else None,
+            space_params={**(space_params or {}), "random_state": seed},
+            neighbours=neighbours,
+        )
+        parts.append(predict(context, methods, intervals=intervals))
+    if placed:
+        parts.append(_placed_predictions(masked, targets, holdout, space_params, seed, intervals))
+    predictions = pd.concat(parts, ignore_index=True)
     wanted = cells[["model", "task"]].assign(y_true=cell_values(truth, cells))
     extra = list(INTERVAL_COLUMNS) if keep_intervals else []
     kept = predictions[["model", "task", "method", "prediction", *extra]]
     frame = wanted.merge(kept, how="inner").rename(columns={"prediction": "y_pred"})
     frame["abs_err"] = (frame["y_pred"] - frame["y_true"]).abs()
     return frame[[*LONG_COLUMNS, *extra]]
+
+
+def _placed_predictions(masked, targets, holdout, space_params, seed, intervals):
+    """The fitted reference predictor's ensemble (:mod:`pkps_core.predictor`): fitted on
+    the references (lazily, the targets' profile only) and placing the targets."""
+    if not targets:
+        raise ValueError(f"{PLACED!r} predicts new models: the protocol must name targets")
+    from pkps_core.predictor import ReferencePredictor
+
+    references = masked[~masked["model"].isin(targets)]
+    predictor = ReferencePredictor(
+        holdout=holdout, space_params=dict(space_params or {}) or None, random_state=seed
+    ).fit(references, lazy=True)
+    out = predictor.predict(masked[masked["model"].isin(targets)], level=intervals)
+    return out.drop(columns="profile").assign(method=PLACED)
 
 
 def _with_levers(frame: pd.DataFrame, protocol: str, seed: int, values: dict) -> pd.DataFrame:
