@@ -139,3 +139,19 @@ def test_appending_models_prepares_what_preparing_everything_gives(cache):
     pd.testing.assert_frame_equal(
         appended.frame[["model", "task", "query_id"]], whole.frame[["model", "task", "query_id"]]
     )
+
+
+def test_a_profiles_space_from_the_shared_reference_sums_is_a_fresh_fits(cache):
+    from pkps_core.predictor.core import Profile
+
+    _, references, _, _ = cache
+    predictor = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(references, lazy=True)
+    profile = Profile(4, True)
+    for name in ("pkps", "dkps"):
+        shared = predictor._shadow_space(name, predictor._profile_context(profile))
+        fresh = predictor._profile_context(profile).space(name)  # fits everything again
+        assert shared.query_bandwidth_ == pytest.approx(fresh.query_bandwidth_)
+        # D² (D = sqrt of a difference: rounding at 1e-16 shows as 1e-8 in D)
+        np.testing.assert_allclose(
+            shared.distance_matrix_**2, fresh.distance_matrix_**2, atol=1e-12
+        )

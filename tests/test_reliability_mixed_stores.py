@@ -80,3 +80,18 @@ def test_report_cli_on_a_mixed_store(records, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert "a0/model" in done.stdout
+
+
+def test_a_predictor_fitted_on_texts_embeds_new_texts_alike_and_keeps_it(records):
+    from pkps_core.predictor import from_state, get_state
+
+    references = records[records["model"] != "a0/model"]
+    predictor = ReferencePredictor(budgets=(2,), modes=("scored",)).fit(references)
+    assert set(predictor.embedders_) == {"query", "response"}
+    thin = records[records["model"] == "a0/model"].groupby("task").head(2)
+    expected = predictor.predict(thin)
+    document, arrays = get_state(predictor)
+    assert all(array.dtype != object for array in arrays.values())
+    again = from_state(document, arrays, references)
+    got = again.predict(thin)
+    np.testing.assert_allclose(got["prediction"], expected["prediction"], atol=1e-12)

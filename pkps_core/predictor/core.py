@@ -34,6 +34,7 @@ store (:mod:`pkps_core.store.fits`) without pickle.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -41,14 +42,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from sklearn.base import clone
 
+from pkps_core.embed import default_embedder, transform_texts
 from pkps_core.methods import METHODS, PredictionContext
 from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
 from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
 from pkps_core.predict import OUTPUT_COLUMNS, TARGET_BANDWIDTH_GRID
 from pkps_core.predictor.placement import PlacedSpace, append_models, nearest_allowed, place
+from pkps_core.predictor.shadow_sums import shadow_pair_sums
 from pkps_core.records import RecordsError, validate_records
-from pkps_core.space import prepare_cache
+from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
+from pkps_core.space.increments import increment_sums
 from pkps_core.space.knn import cell_matrix
 from pkps_core.trust import trust_columns
 from pkps_core.trust.extrapolation import region_distances
@@ -229,12 +234,20 @@ class ReferencePredictor:
             self._calibrate(profile)
         if progress is not None:
             progress(1.0, "done")
+        self.__dict__.pop("_bases", None)  # what every profile shared; not state
+        self.__dict__.pop("_by_budget", None)
         self.fit_seconds_ = time.perf_counter() - started
         return self
 
-    def _set_references(self, frame: pd.DataFrame) -> None:
+    def _set_references(self, frame: pd.DataFrame, embedders: dict | None = None) -> None:
         if frame["model"].nunique() < 2:
             raise RecordsError("a reference predictor needs at least two reference models")
+        if embedders is None:
+            self.embedders_ = {}
+            frame = self._embed_references(frame)
+        else:  # restored: the references' texts are embedded as they were at the fit
+            self.embedders_ = dict(embedders)
+            frame = validate_records(self.embed(frame)) if embedders else frame
         self.reference_frame_ = frame
         self.prepared_ = prepare_cache(frame, validated=True)
         self.references_ = self.prepared_.models
@@ -245,6 +258,44 @@ class ReferencePredictor:
         self.task_queries_ = (
             self.prepared_.query_keys.iloc[:, 0].value_counts().reindex(self.tasks_).to_numpy()
         )
+
+    def _embed_references(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Texts without vectors embedded once with the offline embedder, fitted on the
+        references' texts and kept (:attr:`embedders_`) for the new models' texts."""
+        frame = frame.copy()
+        for kind in ("query", "response"):
+            column = f"{kind}_embedding"
+            if column in frame.columns or kind not in frame.columns:
+                continue
+            if frame[kind].isna().any():
+                continue
+            texts = frame[kind].astype(str)
+            if kind == "query":
+                distinct = frame.drop_duplicates(["task", "query_id"])[kind].astype(str)
+            else:
+                distinct = texts
+            fitted = clone(default_embedder(), safe=False).fit(
+                list(np.unique(distinct.to_numpy(dtype=object)))
+            )
+            self.embedders_[kind] = fitted
+            frame[column] = list(transform_texts(fitted, texts.tolist()))
+        return frame
+
+    def embed(self, records: pd.DataFrame) -> pd.DataFrame:
+        """New models' records with vectors from the references' embedders, where they
+        have texts and no vectors (unchanged where the references came with vectors)."""
+        frame = records.copy()
+        for kind, fitted in self.embedders_.items():
+            column = f"{kind}_embedding"
+            if column in frame.columns and frame[column].notna().all():
+                continue
+            if kind not in frame.columns or frame[kind].isna().any():
+                raise RecordsError(
+                    f"the new model's records need {kind} text (or {column}) on every row: "
+                    f"the references' {kind}s were embedded from their text"
+                )
+            frame[column] = list(transform_texts(fitted, frame[kind].astype(str).tolist()))
+        return frame
 
     def _profile_context(self, profile: Profile) -> PredictionContext:
         """References and their shadows observed like a target of ``profile``."""
@@ -296,14 +347,93 @@ class ReferencePredictor:
             rows=shadows,
         )
 
+    def _base_space(self, name: str, context: PredictionContext):
+        """The references' own fit of space ``name`` at every grid bandwidth (kept for the
+        fit's duration): every profile adds its shadows' sums to it."""
+        cache = self.__dict__.setdefault("_bases", {})
+        if name not in cache:
+            kernel = {"pkps": "rbf", "dkps": "delta"}[name]
+            params = {**context.space_params, "query_kernel": kernel}
+            cache[name] = PerspectiveSpace(**params).fit(self.prepared_)
+        return cache[name]
+
+    def _shadow_space(self, name: str, context: PredictionContext):
+        """Space ``name`` of the references with the context's shadows: the references'
+        sums from :meth:`_base_space`, plus the pairs that involve a shadow
+        (:func:`~pkps_core.space.increments.increment_sums`, Eq. 1 summed over pairs, so
+        exactly a fresh fit's sums), then the fit's own steps (D, MDS, the bandwidth CV
+        without the shadows) and, for PKPS, the bandwidth the shadows predict best at the
+        profile's budget (as :meth:`PredictionContext.space` chooses it). Falls back to a
+        fresh fit when a bandwidth's sums were approximated (Nyström)."""
+        base = self._base_space(name, context)
+        if any(report.path not in ("exact", "sparse") for report in base.affinity_reports_):
+            return context.space(name)
+        prepared = context.prepared
+        features = base._response_features(prepared)
+        queries = prepared.query_vectors if name == "pkps" else None
+        shadow_rows = context.shadows[prepared.layout.model_idx]
+        position = np.searchsorted(prepared.models, base.models_)
+        self_numerator, self_denominator = kernels.self_sums(
+            prepared.layout, features, base.response_kernel
+        )
+        n = len(prepared.models)
+        shadows = np.flatnonzero(context.shadows)
+        if base.response_kernel in ("linear", "cosine"):  # unit rows: cosine is linear
+            pairs = shadow_pair_sums(
+                prepared.layout, features, queries, base.bandwidth_grid_, context.shadows
+            )
+        else:
+            pairs = None
+        grid_sums = []
+        for k, (sigma, old) in enumerate(zip(base.bandwidth_grid_, base.kernel_sums_, strict=True)):
+            full = []
+            for part, kept in ((0, old.numerator), (1, old.denominator)):
+                matrix = np.zeros((n, n))
+                matrix[np.ix_(position, position)] = kept
+                if pairs is not None:
+                    with_shadows = pairs[k][part]
+                    matrix[:, shadows] = with_shadows
+                    matrix[shadows, :] = with_shadows.T
+                    block = with_shadows[shadows]
+                    matrix[np.ix_(shadows, shadows)] = 0.5 * (block + block.T)
+                full.append(matrix)
+            if pairs is None:
+                increment = increment_sums(
+                    prepared.layout,
+                    features,
+                    queries,
+                    float(sigma),
+                    shadow_rows,
+                    base.response_kernel,
+                    base.response_bandwidth_ if base.response_kernel == "rbf" else 1.0,
+                )
+                full = [full[0] + increment[0], full[1] + increment[1]]
+            grid_sums.append(kernels.KernelSums(*full, self_numerator, self_denominator))
+        space = copy.copy(base)
+        space.cv_exclude_ = list(context.models[context.shadows])
+        space.affinity_reports_ = list(base.affinity_reports_)
+        space.prepared_ = prepared
+        space.features_ = features
+        space.query_vectors_ = queries
+        space._finish(prepared, list(base.bandwidth_grid_), grid_sums)
+        if name == "pkps" and context.space_params.get("query_bandwidth", "cv") == "cv":
+            space = context._bandwidth_at_target_budget(space)
+        return space
+
     def _calibrate(self, profile: Profile) -> _Calibration:
         started = time.perf_counter()
         context = self._profile_context(profile)
+        shared = self.__dict__.setdefault("_by_budget", {})
+        budget_key = (profile.budget, profile.tasks)
+        fitted = shared.get(budget_key, {})
         sums, spaces = {}, {}
         for name in SPACES:
             if context.space_unavailable(name) is not None:
                 continue
-            space = context.space(name)
+            if name not in fitted:  # the same shadows (scores aside) in both modes
+                fitted[name] = self._shadow_space(name, context)
+            space = fitted[name]
+            context.shared[("space", name)] = space
             best = (
                 0
                 if name == "dkps"
@@ -320,7 +450,10 @@ class ReferencePredictor:
                 response_kernel=space.response_kernel,
                 response_bandwidth_=float(getattr(space, "response_bandwidth_", 1.0)),
             )
-        _, threshold = region_distances(context)
+        if "region" not in fitted:
+            fitted["region"] = region_distances(context)[1]
+        threshold = fitted["region"]
+        shared[budget_key] = fitted
         context.item_sd()
         grids = dict(member_predictions(context))
         grids[METHOD] = METHODS[METHOD](context).prediction
@@ -402,7 +535,7 @@ class ReferencePredictor:
         return self._calibrate(profile)
 
     def _new_records(self, records: pd.DataFrame) -> pd.DataFrame:
-        new = validate_records(records)
+        new = validate_records(self.embed(records))
         unknown = sorted(set(new["task"].astype(str)) - set(self.tasks_))
         if unknown:
             shown = ", ".join(repr(t) for t in unknown[:5])

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from pkps_core.embed import default_embedder
 from pkps_core.predictor.core import (
     STATE_VERSION,
     PlacedSpace,
@@ -35,6 +36,9 @@ def get_state(predictor: ReferencePredictor) -> tuple[dict, dict[str, np.ndarray
         "profiles": [],
     }
     arrays: dict[str, np.ndarray] = {}
+    document["embedders"] = sorted(predictor.embedders_)
+    for kind, fitted in predictor.embedders_.items():
+        arrays[f"embedder/{kind}"] = np.frombuffer(fitted.get_state(), dtype=np.uint8)
     for key, calibration in predictor.profiles_.items():
         profile = calibration.profile
         document["profiles"].append(
@@ -91,7 +95,11 @@ def from_state(
         space_params=_tuples(settings["space_params"]),
         random_state=settings["random_state"],
     )
-    predictor._set_references(records)
+    embedders = {
+        kind: default_embedder().set_state(arrays[f"embedder/{kind}"].tobytes())
+        for kind in document.get("embedders", [])
+    }
+    predictor._set_references(records, embedders=embedders)
     if [str(m) for m in predictor.references_] != document["references"]:
         raise RecordsError("the stored predictor was fitted on other references; fit it again")
     predictor.profiles_ = {}
