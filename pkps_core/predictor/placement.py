@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.methods import PredictionContext
+from pkps_core.predictor.shadow_sums import shadow_pair_sums
 from pkps_core.space import PreparedCache, kernels, prepare_cache
 from pkps_core.space.increments import increment_sums
 from pkps_core.space.kernels import ResponseLayout
@@ -63,16 +64,25 @@ def place(
     features = _features(prepared, kernel)
     queries = prepared.query_vectors
     bandwidth = float(fitted.query_bandwidth_) if queries is not None else 0.0
-    new_rows = is_new[prepared.layout.model_idx]
-    numerator, denominator = increment_sums(
-        prepared.layout,
-        features,
-        queries,
-        bandwidth,
-        new_rows,
-        response_kernel=kernel,
-        response_bandwidth=fitted.response_bandwidth_,
-    )
+    if kernel in ("linear", "cosine"):  # unit rows: the sums factor through the queries
+        numerator, denominator = np.zeros((n, n)), np.zeros((n, n))
+        new = np.flatnonzero(is_new)
+        pairs = shadow_pair_sums(
+            prepared.layout, features, queries, [bandwidth], is_new, rows=~is_new
+        )[0]
+        for matrix, with_new in zip((numerator, denominator), pairs, strict=True):
+            matrix[:, new] = with_new
+            matrix[new, :] = with_new.T
+    else:
+        numerator, denominator = increment_sums(
+            prepared.layout,
+            features,
+            queries,
+            bandwidth,
+            is_new[prepared.layout.model_idx],
+            response_kernel=kernel,
+            response_bandwidth=fitted.response_bandwidth_,
+        )
     numerator[np.ix_(index, index)] += sums.numerator
     denominator[np.ix_(index, index)] += sums.denominator
     self_numerator, self_denominator = kernels.self_sums(prepared.layout, features, kernel)

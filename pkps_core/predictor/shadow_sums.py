@@ -30,6 +30,7 @@ def shadow_pair_sums(
     query_vectors: np.ndarray | None,
     bandwidths: np.ndarray,
     shadows: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per bandwidth, the numerator and denominator sums of every model with every shadow.
 
@@ -44,6 +45,9 @@ def shadow_pair_sums(
     bandwidths : ndarray
         Query-kernel bandwidths (0: the delta limit).
     shadows : ndarray of bool (n_models,)
+    rows : ndarray of bool (n_models,), optional
+        The models whose sums with the shadows are wanted (default all); the others' rows
+        are 0, except each shadow's sum with itself, which is always computed.
 
     Returns
     -------
@@ -54,10 +58,12 @@ def shadow_pair_sums(
     n_models, n_queries = layout.n_models, layout.n_queries
     p = features.shape[1]
     shadow_models = np.flatnonzero(shadows)
+    row_models = np.arange(n_models) if rows is None else np.flatnonzero(rows)
     shadow_rows = [
         np.arange(layout.model_bounds[s], layout.model_bounds[s + 1]) for s in shadow_models
     ]
-    rows_per_block = max(1, BLOCK_BYTES // (8 * p * max(n_models, len(shadow_models))))
+    width = max(len(row_models), len(shadow_models), 1)
+    rows_per_block = max(1, BLOCK_BYTES // (8 * p * width))
     squared = None
     if query_vectors is not None:
         squared = kernels.squared_distances(query_vectors)
@@ -70,25 +76,75 @@ def shadow_pair_sums(
     ]
     numerators = np.zeros((len(bandwidths), n_models, len(shadow_models)))
     denominators = np.zeros((len(bandwidths), n_models, len(shadow_models)))
+    selected = np.isin(model_idx, row_models)
+    position = np.full(n_models, -1)
+    position[row_models] = np.arange(len(row_models))
+    # every shadow's responses padded to one length: one batched product per block
+    longest = max((len(own) for own in shadow_rows), default=0)
+    padded = np.zeros((len(shadow_models), longest), dtype=np.int64)
+    present = np.zeros((len(shadow_models), longest), dtype=bool)
+    for k, own in enumerate(shadow_rows):
+        padded[k, : len(own)] = own
+        present[k, : len(own)] = True
+    padded_queries = query_idx[padded]
+    padded_features = np.where(present[:, :, None], features[padded], 0.0)
+    owner = np.repeat(np.arange(len(shadow_models)), present.sum(axis=1))
+    all_rows = padded[present]
     for start in range(0, n_queries, rows_per_block):
         block = np.arange(start, min(start + rows_per_block, n_queries))
-        y, counts = _per_query_sums(model_idx, query_idx, features, block, n_models)
-        y = y.reshape(n_models, -1)
+        y, counts = _per_query_sums(
+            position[model_idx[selected]],
+            query_idx[selected],
+            features[selected],
+            block,
+            len(row_models),
+        )
         for b, query_kernel in enumerate(kernels_by_bandwidth):
-            w = np.zeros((len(shadow_models), len(block), p))
-            mass = np.zeros((len(shadow_models), len(block)))
-            for k, rows in enumerate(shadow_rows):
-                if query_kernel is None:
-                    inside = (query_idx[rows] >= block[0]) & (query_idx[rows] <= block[-1])
-                    w[k, query_idx[rows][inside] - block[0]] = features[rows][inside]
-                    mass[k, query_idx[rows][inside] - block[0]] = 1.0
-                else:
-                    columns = query_kernel[np.ix_(block, query_idx[rows])]
-                    w[k] = columns @ features[rows]
-                    mass[k] = columns.sum(axis=1)
-            numerators[b] += y @ w.reshape(len(shadow_models), -1).T
-            denominators[b] += counts @ mass.T
+            if query_kernel is None:  # a shadow's response meets one query: gather
+                _delta_block(
+                    numerators[b],
+                    denominators[b],
+                    y,
+                    counts,
+                    row_models,
+                    block,
+                    query_idx[all_rows],
+                    features[all_rows],
+                    owner,
+                )
+                continue
+            columns = query_kernel[block][:, padded_queries] * present[None, :, :]
+            w = np.einsum("bsm,smp->sbp", columns, padded_features, optimize=True)
+            mass = columns.sum(axis=2).T
+            flat = y.reshape(len(row_models), -1)
+            numerators[b, row_models] += flat @ w.reshape(len(shadow_models), -1).T
+            denominators[b, row_models] += counts @ mass.T
+    for b, query_kernel in enumerate(kernels_by_bandwidth):  # each shadow with itself
+        for k, own in enumerate(shadow_rows):
+            q = query_idx[own]
+            if query_kernel is None:
+                same = (q[:, None] == q[None, :]).astype(float)
+            else:
+                same = query_kernel[np.ix_(q, q)]
+            numerators[b, shadow_models[k], k] = np.sum(same * (features[own] @ features[own].T))
+            denominators[b, shadow_models[k], k] = same.sum()
     return [(numerators[b], denominators[b]) for b in range(len(bandwidths))]
+
+
+def _delta_block(numerator, denominator, y, counts, row_models, block, queries, vectors, owner):
+    """The delta query kernel's sums for one block of queries: each shadow response meets
+    only the rows' responses to its own query (``Y_i[q_l] · x_l``), summed per shadow."""
+    inside = (queries >= block[0]) & (queries <= block[-1])
+    local, vectors, owner = queries[inside] - block[0], vectors[inside], owner[inside]
+    n_shadows = numerator.shape[1]
+    for start in range(0, len(local), 512):
+        part = slice(start, start + 512)
+        values = np.einsum("iqp,qp->iq", y[:, local[part]], vectors[part])
+        hits = counts[:, local[part]]
+        one_hot = np.zeros((len(values[0]), n_shadows))
+        one_hot[np.arange(len(values[0])), owner[part]] = 1.0
+        numerator[row_models] += values @ one_hot
+        denominator[row_models] += hits @ one_hot
 
 
 def _per_query_sums(model_idx, query_idx, features, block, n_models):
