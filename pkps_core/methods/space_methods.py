@@ -55,7 +55,9 @@ def whitened_knn_completion(context: PredictionContext, space: str) -> np.ndarra
     def compute() -> np.ndarray:
         out = np.full((len(context.models), len(context.tasks)), np.nan)
         missing = context.n_responses == 0
-        rows = np.flatnonzero(missing.any(axis=1))
+        needed = np.zeros(len(context.models), dtype=bool)
+        needed[context.prediction_rows()] = True
+        rows = np.flatnonzero(missing.any(axis=1) & needed)
         if len(rows) == 0:
             return out
         allowed = context.allowed()
