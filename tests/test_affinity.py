@@ -5,8 +5,10 @@ import pytest
 
 from pkps_core.records import RecordsError
 from pkps_core.space import PerspectiveSpace, kernels
-from pkps_core.space.affinity import AffinityEngine, _rank_path_sums, sample_exact_sums
+from pkps_core.space.affinity import AffinityEngine
 from pkps_core.space.increments import increment_sums
+from pkps_core.space.response_nystrom import nystrom_factor
+from pkps_core.space.sums import kernel_sums, sample_exact_sums
 from pkps_core.synthetic import make_synthetic
 
 
@@ -83,11 +85,11 @@ def test_nystrom_error_is_measured_and_within_tolerance():
     sq = kernels.squared_distances(queries)
     median = float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
     wide = 3 * median
-    engine = AffinityEngine(layout, features, queries, method="nystrom", tol=1e-3)
+    engine = AffinityEngine(layout, features, queries, affinity_path="nystrom", tol=1e-3)
     approx = engine.sums(wide)
     report = engine.reports[-1]
     assert report.path == "nystrom" and report.rank < layout.n_queries
-    exact = AffinityEngine(layout, features, queries, method="exact").sums(wide)
+    exact = AffinityEngine(layout, features, queries, affinity_path="exact").sums(wide)
     d_exact = kernels.distance_from_affinity(kernels.affinity_from_sums(exact)[0])[0]
     d_approx = kernels.distance_from_affinity(kernels.affinity_from_sums(approx)[0])[0]
     true_error = np.abs(d_approx - d_exact).max() / d_exact.max()
@@ -100,7 +102,7 @@ def test_nystrom_error_is_measured_and_within_tolerance():
 
 def test_sample_exact_sums_match_full_exact():
     layout, features, queries = _many_query_cache()
-    full = AffinityEngine(layout, features, queries, method="exact").sums(2.0)
+    full = AffinityEngine(layout, features, queries, affinity_path="exact").sums(2.0)
     models = np.array([1, 4, 9])
     part = sample_exact_sums(layout, features, queries, 2.0, models)
     np.testing.assert_allclose(part.numerator, full.numerator[np.ix_(models, models)], rtol=1e-9)
@@ -124,10 +126,9 @@ def test_truncation_bound_holds(threshold, self_pairs):
     full = kernels.rbf_from_squared(sq, sigma)
     truncated = np.where(full >= threshold, full, 0.0)
     assert (truncated == 0).any() and (truncated > 0).any()
-    engine = AffinityEngine(layout, features, queries)
-    exact = engine._wrap(*engine.factorized(full))
-    approx = engine._wrap(*engine.factorized(truncated))
-    bound = engine.truncation_bound(approx, threshold, self_pairs)
+    exact = kernel_sums(layout, features, full)
+    approx = kernel_sums(layout, features, truncated)
+    bound = kernels.truncation_bound(layout, features, approx, threshold, self_pairs)
     d_exact, d_approx = _distance(exact, self_pairs), _distance(approx, self_pairs)
     true_error = np.abs(d_approx - d_exact).max() / d_approx.max()
     assert true_error > 0
@@ -157,7 +158,7 @@ def test_sparse_path_at_narrow_bandwidth():
     report = engine.reports[-1]
     assert report.path == "sparse"
     assert report.error <= 1e-7
-    exact = AffinityEngine(layout, features, queries, method="exact").sums(narrow)
+    exact = AffinityEngine(layout, features, queries, affinity_path="exact").sums(narrow)
     true_error = np.abs(_distance(approx) - _distance(exact)).max() / _distance(exact).max()
     assert true_error <= max(report.error, 1e-12)
     # a wide bandwidth keeps nearly every entry: no sparse path
@@ -195,10 +196,12 @@ def test_nystrom_bound_holds(rank, self_pairs):
     sq = kernels.squared_distances(queries)
     wide = 2.0 * float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
     engine = AffinityEngine(layout, features, queries)
-    factor = engine._nystrom_factor(wide, rank)
-    approx = engine._wrap(*_rank_path_sums(layout, engine.features, factor, engine.pool))
-    exact = engine._wrap(*engine.factorized(kernels.rbf_from_squared(sq, wide)))
-    bound = engine.nystrom_bound(approx, factor, self_pairs)
+    factor = nystrom_factor(queries, wide, rank)
+    [(numerator, denominator)] = engine.backend.sums([], [factor])[1]
+    kernels.restore_self_pairs(numerator, denominator, layout, features, factor)
+    approx = kernels.KernelSums.symmetrised(numerator, denominator, *engine.self_sums())
+    exact = kernel_sums(layout, features, kernels.rbf_from_squared(sq, wide))
+    bound = kernels.nystrom_bound(layout, features, approx, factor, self_pairs)
     d_exact, d_approx = _distance(exact, self_pairs), _distance(approx, self_pairs)
     true_error = np.abs(d_approx - d_exact).max() / d_approx.max()
     assert true_error > 0

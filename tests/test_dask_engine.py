@@ -86,12 +86,8 @@ def test_every_path_matches_the_local_engine(client, many_queries):
     _assert_same_fit(local, remote)
 
 
-@pytest.mark.parametrize("method", ["exact", "sparse", "nystrom"])
-def test_engine_paths_match_sum_for_sum(client, method):
-    from pkps_core.space.dask_engine import DaskAffinityEngine
-
-    rng = np.random.default_rng(7)
-    n, per_model, n_q = 12, 100, 600
+def _unpaired_arrays(seed=7, n=12, per_model=100, n_q=600):
+    rng = np.random.default_rng(seed)
     chosen = np.sort(np.argsort(rng.random((n, n_q)), axis=1)[:, :per_model], axis=1)
     layout = kernels.ResponseLayout.build(
         np.repeat(np.arange(n), per_model), chosen.ravel(), n, n_q
@@ -99,19 +95,107 @@ def test_engine_paths_match_sum_for_sum(client, method):
     queries = rng.standard_normal((n_q, 6))
     features = rng.standard_normal((n * per_model, 5))
     sq = kernels.squared_distances(queries)
-    median = float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
-    bandwidth = {"exact": median, "sparse": 0.03 * median, "nystrom": 3 * median}[method]
-    options = {"method": method, "block_bytes": 1 << 15}
+    return layout, features, queries, float(np.sqrt(np.median(sq[np.triu_indices_from(sq, 1)])))
+
+
+def _assert_same_sums(a, b, rtol=1e-9):
+    scale = max(1.0, float(np.abs(a.numerator).max()), float(np.abs(a.denominator).max()))
+    np.testing.assert_allclose(b.numerator, a.numerator, rtol=rtol, atol=rtol * scale)
+    np.testing.assert_allclose(b.denominator, a.denominator, rtol=rtol, atol=rtol * scale)
+    d_a = kernels.distance_from_affinity(kernels.affinity_from_sums(a)[0])[0]
+    d_b = kernels.distance_from_affinity(kernels.affinity_from_sums(b)[0])[0]
+    assert np.abs(d_a - d_b).max() <= 1e-9 * max(1.0, float(d_a.max()))
+
+
+@pytest.mark.parametrize(
+    ("path", "response_kernel", "multiple"),
+    [
+        ("exact", "linear", 1.0),
+        ("sparse", "linear", 0.03),
+        ("nystrom", "linear", 3.0),
+        ("exact", "linear", 0.0),  # delta
+        ("exact", "rbf", 1.0),  # the pairwise sums
+        ("exact", "rbf", 0.0),
+        ("exact", "cosine", 0.3),
+    ],
+    ids=lambda v: str(v),
+)
+def test_every_path_matches_the_local_engine_sum_for_sum(client, path, response_kernel, multiple):
+    from pkps_core.space.dask_engine import dask_backend
+
+    layout, features, queries, median = _unpaired_arrays()
+    bandwidth = multiple * median
+    options = {"affinity_path": path, "block_bytes": 1 << 15, "response_kernel": response_kernel}
     local = AffinityEngine(layout, features, queries, **options)
-    with DaskAffinityEngine(layout, features, queries, client=client, **options) as remote:
+    with AffinityEngine(
+        layout, features, queries, backend=dask_backend(client), **options
+    ) as remote:
         a, b = local.sums(bandwidth), remote.sums(bandwidth)
         got = [(r.path, r.rank, r.error_kind) for r in remote.reports]
         assert got == [(r.path, r.rank, r.error_kind) for r in local.reports]
         assert remote.reports[-1].error == pytest.approx(local.reports[-1].error, rel=1e-9)
-        assert local.reports[-1].path == method
-        assert remote.task_counts["tile"] > 1
-    np.testing.assert_allclose(b.numerator, a.numerator, rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(b.denominator, a.denominator, rtol=1e-10, atol=1e-10)
+        assert local.reports[-1].path == path
+        assert remote.backend.task_counts["tile"] > 1
+    _assert_same_sums(a, b)
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_one_pass_over_the_grid_gives_the_sums_of_one_pass_per_bandwidth(
+    client, many_queries, engine
+):
+    """The grid decided in lockstep (every exact bandwidth in one pass) against each
+    bandwidth on its own: same paths, same sums; and the Dask grid equals the local."""
+    from pkps_core.space.dask_engine import dask_backend
+
+    space = PerspectiveSpace(response_components=16).fit(many_queries)
+    prepared, grid = space.prepared_, space.bandwidth_grid_
+    arrays = (prepared.layout, space.features_, space.query_vectors_)
+    backend = dask_backend(client) if engine == "dask" else None
+    with AffinityEngine(*arrays, block_bytes=1 << 21, backend=backend) as together:
+        at_once = together.grid_sums(grid)
+        if engine == "dask":  # one pass of the exact bandwidths' tiles, not one per bandwidth
+            exact = sum(r.path == "exact" for r in together.reports)
+            assert exact > 1
+    one_by_one = []
+    for bandwidth in grid:
+        with AffinityEngine(*arrays, block_bytes=1 << 21, backend=backend) as alone:
+            one_by_one.append((alone.sums(bandwidth), alone.reports[-1]))
+    assert {r.path for r in together.reports} >= {"exact", "sparse", "nystrom"}
+    assert [(r.path, r.rank) for r in together.reports] == [(r.path, r.rank) for _, r in one_by_one]
+    for a, (b, _) in zip(at_once, one_by_one, strict=True):
+        _assert_same_sums(b, a, rtol=1e-12)
+    local = AffinityEngine(*arrays, block_bytes=1 << 21).grid_sums(grid)
+    for a, b in zip(local, at_once, strict=True):
+        _assert_same_sums(a, b)
+
+
+def test_runs_of_models_when_the_queries_run_out(client, monkeypatch):
+    """Few unique queries for many tasks: a column block's share of a pass is cut into
+    runs of its models as well (each task's rows end at its last model)."""
+    from pkps_core.space import dask_engine
+    from pkps_core.space.dask_engine import dask_backend
+
+    monkeypatch.setattr(dask_engine, "MIN_QUERY_SPAN", 10_000)  # one query piece
+    monkeypatch.setattr(dask_engine, "TASKS_PER_THREAD", 3)
+    monkeypatch.setattr(dask_engine, "MIN_TASK_FLOPS", 1)
+    layout, features, queries, median = _unpaired_arrays(seed=2, n=9, per_model=40, n_q=90)
+    grid = [0.0, 0.3 * median, median]
+    local = AffinityEngine(layout, features, queries, affinity_path="exact").grid_sums(grid)
+    with AffinityEngine(
+        layout, features, queries, affinity_path="exact", backend=dask_backend(client)
+    ) as remote:
+        got = remote.grid_sums(grid)
+        assert remote.backend.task_counts["tile"] == 6  # 2 workers × 3, one piece each
+    for a, b in zip(local, got, strict=True):
+        _assert_same_sums(a, b)
+
+
+def test_update_on_the_cluster_equals_the_local_update(client, synthetic):
+    first = synthetic[synthetic.model != synthetic.model.iloc[-1]]
+    later = synthetic[synthetic.model == synthetic.model.iloc[-1]]
+    local = PerspectiveSpace(block_bytes=SMALL_BLOCKS).fit(first).update(later)
+    remote = PerspectiveSpace(engine="dask", client=client, block_bytes=SMALL_BLOCKS)
+    _assert_same_fit(local, remote.fit(first).update(later))
 
 
 def test_predictions_match_the_local_engine(client, synthetic):

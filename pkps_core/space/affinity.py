@@ -1,8 +1,7 @@
 """Choosing how to compute the kernel sums of Eq. (1) for each bandwidth, with error bounds.
 
-:class:`AffinityEngine` owns one cache's responses and query vectors. Squared query
-distances are computed once and reused for every bandwidth. For each bandwidth it picks a
-path and reports it:
+:class:`AffinityEngine` owns one cache's responses and query vectors, and decides for each
+bandwidth which path computes its sums, and reports it:
 
 ``exact``
     The dense factorised sum of :mod:`pkps_core.space.sums` (O(M^2) kernel values
@@ -21,7 +20,7 @@ path and reports it:
 ``nystrom``
     Wide bandwidths on caches with many unique queries: ``K_Q ≈ Φ Φ^T`` from ``rank``
     landmark queries, with the diagonal kept exact; the sums cost O(r N p). Its error is
-    first *bounded* (:meth:`AffinityEngine.nystrom_bound`: the residual K_Q − Φ Φ^T is
+    first *bounded* (:func:`~pkps_core.space.kernels.nystrom_bound`: the residual K_Q − Φ Φ^T is
     positive semi-definite, so its diagonal alone bounds the error of every sum); when
     that bound is too loose it is *measured*: D is recomputed exactly on a seeded sample
     of models and compared (max |ΔD| / max D over the sample). The rank doubles until the
@@ -33,11 +32,20 @@ The sparse path is tried first (deciding it needs one pass over the squared dist
 then Nyström, then the exact path. Every report says which path ran and its error (0 for
 exact, else the bound or the measurement, ``SumsReport.error_kind``).
 
-Each engine runs its work on a :class:`~pkps_core.space.runtime.WorkerPool` of its own with
-BLAS on one thread meanwhile, so independent fits never wait for each other.
+One engine, two backends. The decisions, bounds and reports are made here, once; what
+costs are three primitives of a *backend*: the kernel sums of given query kernels (exact,
+truncated for the sparse path, or delta), the sums of low-rank factors, and the count of
+query pairs within a distance (the sparse path's density test). :class:`LocalBackend`
+runs them in this process (:class:`~pkps_core.space.sums.FactorizedSums` on the engine's
+:class:`~pkps_core.space.runtime.WorkerPool`, BLAS on one thread meanwhile);
+:class:`~pkps_core.space.dask_engine.DaskBackend` as tasks on a cluster. A whole grid of
+bandwidths (:meth:`AffinityEngine.grid_sums`) is decided in lockstep: each round asks the
+backend for everything the undecided bandwidths need at once, and the exact sums wait
+until nothing else is pending, so one pass over the data serves every bandwidth that ends
+exact.
 
-The RBF response kernel takes the exact pairwise path unless ``method="nystrom"`` asks
-for more: then, from :data:`~pkps_core.space.response_nystrom.RESPONSE_NYSTROM_MIN`
+The RBF response kernel takes the exact pairwise path unless ``affinity_path="nystrom"``
+asks for more: then, from :data:`~pkps_core.space.response_nystrom.RESPONSE_NYSTROM_MIN`
 responses on, Nyström features of the responses put it on the factorised path above, with
 its own bound or measurement (:mod:`pkps_core.space.response_nystrom`); the report's path
 then reads e.g. ``exact+response-nystrom(r=512)`` and its error is the sum of both
@@ -46,21 +54,22 @@ approximations'.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from pkps_core.space import kernels, response_nystrom
+from pkps_core.space.increments import increment_sums
 from pkps_core.space.runtime import WorkerPool, single_threaded_blas
 from pkps_core.space.sums import (
     DEFAULT_BLOCK_BYTES,
     FactorizedSums,
-    kernel_sums,
-    sample_exact_sums,
+    pairwise_sums,
+    project_models,
 )
 
-METHODS = ("auto", "exact", "sparse", "nystrom")
+AFFINITY_PATHS = ("auto", "exact", "sparse", "nystrom")
 SPARSE_THRESHOLD = 1e-16  # query-kernel entries below this are dropped on the sparse path
 SPARSE_MAX_DENSITY = 0.02  # above this fraction of kept entries the dense product is cheaper
 SPARSE_TOL = 1e-7  # largest accepted bound on max |ΔD| / max D for the sparse path
@@ -68,7 +77,6 @@ EXACT_MAX_QUERIES = 1024  # above this many unique queries, wide bandwidths try 
 MEASURED_MIN_QUERIES = 4096  # ... and from this many on, also accept it by a sampled check
 DENSE_SQDIST_MAX_BYTES = 2 << 30
 KEEP_KERNEL_MAX_BYTES = 256 << 20  # query kernels up to this size reuse one buffer
-VERIFY_MODELS = 8
 RANK_PROBE_QUERIES = 600  # (half as many on caches where only the bound can accept Nyström)
 RANK_PROBE_TAIL = 1e-4  # try Nyström when half the probe keeps all but this of K_Q's trace
 
@@ -84,34 +92,122 @@ class SumsReport:
     error_kind: str = "exact"  # "exact" (error 0), "bound" (rigorous) or "measured" (sampled)
 
 
-def _rank_path_sums(layout, features, factor, pool: WorkerPool):
-    """Low-rank query kernel ``Φ Φ^T``: exact diagonal restored afterwards."""
-    n = layout.n_models
-    p = features.shape[1]
-    width = p + 1
-    augmented = np.hstack([features, np.ones((layout.n_responses, 1))])
-    rank = factor.shape[1]
-    projected = np.empty((n, rank, width))
-    bounds = layout.model_bounds
+@dataclass(frozen=True)
+class QueryKernel:
+    """A query kernel whose sums a backend computes: RBF at ``bandwidth`` (0: delta), with
+    the entries at squared query distance above ``cutoff`` dropped when one is given."""
 
-    def project(model: int) -> None:
-        lo, hi = bounds[model], bounds[model + 1]
-        np.matmul(factor[layout.query_idx[lo:hi]].T, augmented[lo:hi], out=projected[model])
+    bandwidth: float
+    cutoff: float | None = None
 
-    with single_threaded_blas():
-        pool.map(project, range(n))
-        flat = projected[:, :, :p].reshape(n, rank * p)
-        numerator = pool.inner(flat, flat)
-    mass = projected[:, :, p]
-    denominator = mass @ mass.T
-    # The pair of a response with itself has kQ = 1 exactly; Φ Φ^T only approximates it.
-    diag_approx = np.einsum("ij,ij->i", factor, factor)[layout.query_idx]
-    correction = 1.0 - diag_approx
-    sq_norms = np.einsum("ij,ij->i", features, features)
-    idx = np.arange(n)
-    numerator[idx, idx] += np.bincount(layout.model_idx, correction * sq_norms, minlength=n)
-    denominator[idx, idx] += np.bincount(layout.model_idx, correction, minlength=n)
-    return numerator, denominator
+
+@dataclass(frozen=True, eq=False)
+class LowRank:
+    """The low-rank query kernel ``Φ Φ^T`` (the Nyström path) whose sums a backend computes."""
+
+    factor: np.ndarray
+
+
+@dataclass(frozen=True)
+class CountWithin:
+    """How many pairs of unique queries (ordered, self pairs included) are at squared
+    distance at most ``cutoff``."""
+
+    cutoff: float
+
+
+class LocalBackend:
+    """The engine's primitives in this process, on the engine's worker threads.
+
+    Squared query distances are computed once and reused for every bandwidth; the
+    factorised sums (:class:`~pkps_core.space.sums.FactorizedSums`) keep what does not
+    depend on the query kernel across calls.
+    """
+
+    def __init__(self, engine: AffinityEngine, *, source: LocalBackend | None = None):
+        self.layout = engine.layout
+        self.features = engine.features
+        self.query_vectors = engine.query_vectors
+        self.response_kernel = engine.response_kernel
+        self.response_bandwidth = engine.response_bandwidth
+        self.block_bytes = engine.block_bytes
+        self.pool = engine.pool if source is None else source.pool
+        self._source = source  # shares its query distances (same queries)
+        self._sqdist = None
+        self._kernel_buffer = None
+        self._factorized = None
+
+    def sharing(self, engine: AffinityEngine) -> LocalBackend:
+        """A backend over ``engine``'s features sharing this one's threads and distances."""
+        return LocalBackend(engine, source=self)
+
+    @property
+    def query_sqdist(self) -> np.ndarray:
+        """Squared distances between unique queries, computed once."""
+        if self._sqdist is None:
+            self._sqdist = (
+                self._source.query_sqdist
+                if self._source is not None
+                else kernels.squared_distances(self.query_vectors, pool=self.pool)
+            )
+        return self._sqdist
+
+    def count_within(self, cutoffs: list[float]) -> list[int]:
+        return [int(np.count_nonzero(self.query_sqdist <= cutoff)) for cutoff in cutoffs]
+
+    def sums(self, query_kernels: list[QueryKernel], factors: list[np.ndarray]):
+        """N and Z (not symmetrised) of each query kernel and of each factor's ``Φ Φ^T``."""
+        return [self._kernel_sums(k) for k in query_kernels], [self._rank(f) for f in factors]
+
+    def _kernel_sums(self, request: QueryKernel):
+        if request.cutoff is not None:
+            kernel = kernels.truncated_rbf(self.query_sqdist, request.bandwidth, request.cutoff)
+        else:
+            kernel = self._query_kernel(request.bandwidth)
+        if self.response_kernel == "linear":
+            if self._factorized is None:
+                self._factorized = FactorizedSums(
+                    self.layout, self.features, self.block_bytes, pool=self.pool
+                )
+            return self._factorized(kernel)
+        return pairwise_sums(
+            self.layout,
+            self.features,
+            kernel,
+            self.response_kernel,
+            self.response_bandwidth,
+            self.block_bytes,
+        )
+
+    def _query_kernel(self, bandwidth: float) -> np.ndarray | None:
+        """K_Q at one bandwidth, written over the previous one (fresh memory costs page
+        faults, and a kernel is not needed once its sums are done)."""
+        if bandwidth <= 0:
+            return None
+        sq = self.query_sqdist
+        if sq.nbytes > KEEP_KERNEL_MAX_BYTES:  # large: page faults are small beside the work
+            return kernels.rbf_from_squared(sq, bandwidth, pool=self.pool)
+        if self._kernel_buffer is None:
+            self._kernel_buffer = np.empty(sq.shape)
+        return kernels.rbf_from_squared(sq, bandwidth, out=self._kernel_buffer, pool=self.pool)
+
+    def _rank(self, factor: np.ndarray):
+        """N and Z of ``Φ Φ^T``: one projection ``Φ[Q_i]^T [X_i, 1]`` per model, then
+        their inner products."""
+        layout, p = self.layout, self.features.shape[1]
+        augmented = np.hstack([self.features, np.ones((layout.n_responses, 1))])
+        projected = project_models(
+            factor, augmented, layout.query_idx, layout.model_bounds, self.pool
+        )
+        flat = projected[:, :, :p].reshape(layout.n_models, -1)
+        mass = projected[:, :, p]
+        return self.pool.inner(flat, flat), mass @ mass.T
+
+    def close(self) -> None:
+        """Nothing of its own: the threads are the engine's."""
+
+
+Plan = Generator[object, object, tuple[kernels.KernelSums, SumsReport]]
 
 
 class AffinityEngine:
@@ -126,7 +222,7 @@ class AffinityEngine:
         Unique-query embeddings; None allows only the delta kernel.
     response_kernel : {"linear", "cosine", "rbf"}
     response_bandwidth : float
-    method : {"auto", "exact", "sparse", "nystrom"}
+    affinity_path : {"auto", "exact", "sparse", "nystrom"}
         ``"exact"`` forces the exact dense path for RBF query kernels; ``"sparse"`` tries
         the truncated kernel at any density (still only kept within its bound).
     tol : float
@@ -134,6 +230,9 @@ class AffinityEngine:
         Nyström path.
     block_bytes : int
     random_state : int or None
+    backend : callable, optional
+        Makes the backend from the engine (default :class:`LocalBackend`; for a cluster,
+        :func:`pkps_core.space.dask_engine.dask_backend`).
     """
 
     def __init__(
@@ -144,201 +243,34 @@ class AffinityEngine:
         *,
         response_kernel="linear",
         response_bandwidth=1.0,
-        method="auto",
+        affinity_path="auto",
         tol=1e-3,
         block_bytes=DEFAULT_BLOCK_BYTES,
         random_state=0,
+        backend: Callable[[AffinityEngine], object] | None = None,
     ):
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if affinity_path not in AFFINITY_PATHS:
+            raise ValueError(
+                f"affinity_path must be one of {AFFINITY_PATHS}, got {affinity_path!r}"
+            )
         self.layout = layout
-        self.features = np.ascontiguousarray(features, dtype=float)
-        if response_kernel == "cosine":
-            self.features = kernels.normalize_rows(self.features)
-            response_kernel = "linear"
+        self.features, self.response_kernel = kernels.linear_form(features, response_kernel)
         self.query_vectors = query_vectors
-        self.response_kernel = response_kernel
         self.response_bandwidth = response_bandwidth
-        self.method = method
+        self.affinity_path = affinity_path
         self.tol = tol
         self.block_bytes = block_bytes
         self.random_state = random_state
-        self._sqdist = None
-        self._kernel_buffer = None
-        self._factorized = None
         self._self = None
         self._response_engines: dict = {}  # rank → (engine on Nyström features, residual); "rank"
         self.pool = WorkerPool()
         self.reports: list[SumsReport] = []
-
-    @property
-    def query_sqdist(self) -> np.ndarray:
-        """Squared distances between unique queries, computed once."""
-        if self._sqdist is None:
-            self._sqdist = kernels.squared_distances(self.query_vectors, pool=self.pool)
-        return self._sqdist
-
-    @property
-    def factorized(self) -> FactorizedSums:
-        """The exact factorised sums (linear response kernel), built once per engine."""
-        if self._factorized is None:
-            self._factorized = FactorizedSums(
-                self.layout, self.features, self.block_bytes, pool=self.pool
-            )
-        return self._factorized
-
-    def _query_kernel(self, bandwidth: float) -> np.ndarray | None:
-        """K_Q at one bandwidth, written over the previous one (fresh memory costs page
-        faults, and a kernel is not needed once its sums are done)."""
-        if bandwidth <= 0:
-            return None
-        sq = self.query_sqdist
-        if sq.nbytes > KEEP_KERNEL_MAX_BYTES:  # large: page faults are small beside the work
-            return kernels.rbf_from_squared(sq, bandwidth, pool=self.pool)
-        if self._kernel_buffer is None:
-            self._kernel_buffer = np.empty(sq.shape)
-        return kernels.rbf_from_squared(sq, bandwidth, out=self._kernel_buffer, pool=self.pool)
-
-    def _exact(self, bandwidth: float) -> kernels.KernelSums:
-        query_kernel = self._query_kernel(bandwidth)
-        if self.response_kernel == "linear":
-            return self._wrap(*self.factorized(query_kernel))
-        return kernel_sums(
-            self.layout,
-            self.features,
-            query_kernel,
-            self.response_kernel,
-            self.response_bandwidth,
-            block_bytes=self.block_bytes,
-            pool=self.pool,
-        )
-
-    def distance_bound(
-        self,
-        sums: kernels.KernelSums,
-        numerator_error: np.ndarray,
-        denominator_error: np.ndarray,
-        self_pairs: str = "include",
-        *,
-        one_sided: bool = False,
-    ) -> float:
-        """Bound on max |ΔD| / max D given bounds on the errors of the kernel sums.
-
-        ``|N − Ñ| ≤ numerator_error`` and ``|Z − Z̃| ≤ denominator_error`` entrywise (with
-        ``Z ≥ Z̃`` when ``one_sided``) give ``|A − Ã| ≤ (ΔN + |Ã| ΔZ) / (Z̃ − ΔZ)`` (``/ Z̃``
-        when one-sided), then ``β_ii' = b_ii + b_i'i' + 2 b_ii'`` bounds the change of D²_ii'
-        and ``|ΔD_ii'| ≤ min(√β, β / D̃_ii')``. Infinite where a pair's kept mass cannot
-        cover its error.
-        """
-        layout = self.layout
-        affinity, fallback = kernels.affinity_from_sums(sums, self_pairs)
-        kept = sums.denominator.copy()
-        if self_pairs == "exclude":
-            diag = np.arange(layout.n_models)
-            use = ~fallback
-            kept[diag[use], diag[use]] -= sums.self_denominator[use]
-        if not one_sided:
-            kept = kept - denominator_error
-        if not np.all(kept > 0):
-            return float("inf")
-        per_pair = (numerator_error + np.abs(affinity) * denominator_error) / kept
-        diag = np.diag(per_pair)
-        beta = diag[:, None] + diag[None, :] + 2.0 * per_pair
-        distance = kernels.distance_from_affinity(affinity)[0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            change = np.minimum(np.sqrt(beta), np.where(distance > 0, beta / distance, np.inf))
-        off = ~np.eye(layout.n_models, dtype=bool)
-        scale = distance[off].max() if layout.n_models > 1 else 0.0
-        if scale <= 0:
-            return float("inf")
-        return float(change[off].max() / scale)
-
-    def truncation_bound(
-        self, sums: kernels.KernelSums, threshold: float, self_pairs: str = "include"
-    ) -> float:
-        """Bound on max |ΔD| / max D from dropping query-kernel entries below ``threshold``.
-
-        Each of the m_i m_i' pairs loses less than ``threshold`` of kernel mass and less
-        than ``threshold · |<x, x'>|`` of product (module docstring, ``sparse``); ``sums``
-        are those of the truncated kernel, whose Z only underestimates the true one.
-        """
-        layout = self.layout
-        counts = layout.responses_per_model.astype(float)
-        norms = np.sqrt(np.einsum("ij,ij->i", self.features, self.features))
-        mass = np.bincount(layout.model_idx, norms, minlength=layout.n_models)
-        return self.distance_bound(
-            sums,
-            threshold * np.outer(mass, mass),
-            threshold * np.outer(counts, counts),
-            self_pairs,
-            one_sided=True,
-        )
-
-    def nystrom_bound(
-        self, sums: kernels.KernelSums, factor: np.ndarray, self_pairs: str = "include"
-    ) -> float:
-        """Bound on max |ΔD| / max D of the Nyström sums (module docstring, ``nystrom``).
-
-        The residual ``E = K_Q − Φ Φ^T`` is positive semi-definite, and so is ``E ⊙ X X^T``;
-        with ``e_q = E_qq`` and ``t_i = Σ_j e_{q_ij}``, ``u_i = Σ_j e_{q_ij} ‖x_ij‖²``,
-        Cauchy–Schwarz and ``1^T B 1 ≤ m tr B`` give ``|ΔZ_ii'| ≤ √(m_i t_i m_i' t_i')`` and
-        ``|ΔN_ii'| ≤ √(m_i u_i m_i' u_i')`` (the exact self pairs only shrink the diagonal's
-        error). Infinite when rounding made some ``e_q`` clearly negative.
-        """
-        layout = self.layout
-        residual = 1.0 - np.einsum("ij,ij->i", factor, factor)
-        if residual.min() < -1e-9:
-            return float("inf")
-        residual = np.maximum(residual, 0.0)[layout.query_idx]
-        counts = layout.responses_per_model.astype(float)
-        sq_norms = np.einsum("ij,ij->i", self.features, self.features)
-        t = counts * np.bincount(layout.model_idx, residual, minlength=layout.n_models)
-        u = counts * np.bincount(layout.model_idx, residual * sq_norms, minlength=layout.n_models)
-        return self.distance_bound(
-            sums, np.sqrt(np.outer(u, u)), np.sqrt(np.outer(t, t)), self_pairs
-        )
-
-    def _sparse(self, bandwidth, self_pairs):
-        """Sums over the kernel truncated at SPARSE_THRESHOLD, with their bound; or None.
-
-        The kept entries are found from the squared distances (kQ ≥ ε ⟺ d² ≤ 2σ² ln(1/ε)),
-        so neither the dense kernel nor a pass over it is needed when too few are kept.
-        """
-        sq = self.query_sqdist
-        cutoff = 2.0 * bandwidth * bandwidth * np.log(1.0 / SPARSE_THRESHOLD)
-        keep = sq <= cutoff
-        if self.method == "auto" and np.count_nonzero(keep) > SPARSE_MAX_DENSITY * keep.size:
-            return None
-        rows, cols = np.nonzero(keep)  # row-major order: the CSR layout as it comes
-        n_q = self.layout.n_queries
-        values = np.exp(sq[rows, cols] * (-1.0 / (2.0 * bandwidth * bandwidth)))
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_q))])
-        truncated = sp.csr_array((values, cols, indptr), shape=(n_q, n_q))
-        result = self._wrap(*self.factorized(truncated))
-        bound = self.truncation_bound(result, SPARSE_THRESHOLD, self_pairs)
-        if bound > SPARSE_TOL:
-            return None
-        self.reports.append(SumsReport(bandwidth, "sparse", bound, None, "bound"))
-        return result
-
-    def _self_sums(self):
-        if self._self is None:
-            self._self = kernels.self_sums(self.layout, self.features, self.response_kernel)
-        return self._self
-
-    def _wrap(self, numerator, denominator) -> kernels.KernelSums:
-        self_num, self_den = self._self_sums()
-        numerator = 0.5 * (numerator + numerator.T)
-        denominator = 0.5 * (denominator + denominator.T)
-        return kernels.KernelSums(numerator, denominator, self_num, self_den)
-
-    def _rank_sums(self, factor: np.ndarray):
-        """N and Z for the low-rank query kernel ``Φ Φ^T`` (the Nyström path)."""
-        return _rank_path_sums(self.layout, self.features, factor, self.pool)
+        self.backend = (backend or LocalBackend)(self)
 
     def close(self) -> None:
-        """Stop the engine's worker threads."""
+        """Stop the engine's worker threads and release its backend."""
         self.pool.close()
+        self.backend.close()
 
     def __enter__(self):
         return self
@@ -346,20 +278,180 @@ class AffinityEngine:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def _nystrom_factor(self, bandwidth: float, rank: int) -> np.ndarray:
-        rng = np.random.default_rng(self.random_state)
+    def sums(self, bandwidth: float, self_pairs: str = "include") -> kernels.KernelSums:
+        """Kernel sums at one query bandwidth (0: delta kernel); appends a report."""
+        return self.grid_sums([bandwidth], self_pairs)[0]
+
+    def grid_sums(self, bandwidths, self_pairs: str = "include") -> list[kernels.KernelSums]:
+        """Kernel sums at every bandwidth, decided together (module docstring); appends
+        one report per bandwidth, in their order."""
+        return self._run([self._plan(float(b), self_pairs) for b in bandwidths])
+
+    def updated_sums(
+        self, old_sums, old_reports, position, new_mask, self_pairs: str = "include"
+    ) -> list[kernels.KernelSums]:
+        """The sums after responses were added, per bandwidth of ``old_reports``.
+
+        The sums are over response pairs, so an exact or sparse bandwidth adds only the
+        pairs with a new response (:func:`~pkps_core.space.increments.increment_sums`) to
+        its old sums (``old_sums``, whose models sit at ``position`` among this engine's);
+        a sparse one keeps its path while its bound, re-evaluated on the updated sums,
+        holds. The others are recomputed. ``new_mask`` marks the added responses.
+        """
+
+        def plan(old: kernels.KernelSums, report: SumsReport) -> Plan:
+            if report.path not in ("exact", "sparse"):
+                return (yield from self._plan(report.bandwidth, self_pairs))
+            numerator, denominator = increment_sums(
+                self.layout,
+                self.features,
+                self.query_vectors,
+                report.bandwidth,
+                new_mask,
+                self.response_kernel,
+                self.response_bandwidth,
+                pool=self.pool,
+            )
+            at = np.ix_(position, position)
+            numerator[at] += old.numerator
+            denominator[at] += old.denominator
+            updated = kernels.KernelSums(numerator, denominator, *self.self_sums())
+            if report.path == "exact":
+                return updated, SumsReport(report.bandwidth, "exact", 0.0)
+            sparse = self._sparse_report(report.bandwidth, updated, self_pairs)
+            if sparse is not None:  # the new pairs are exact, the old ones bounded
+                return updated, sparse
+            return (yield from self._plan(report.bandwidth, self_pairs))
+
+        return self._run([plan(s, r) for s, r in zip(old_sums, old_reports, strict=True)])
+
+    def self_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """The self-pair terms of every model (:func:`~pkps_core.space.kernels.self_sums`)."""
+        if self._self is None:
+            self._self = kernels.self_sums(self.layout, self.features, self.response_kernel)
+        return self._self
+
+    def _symmetrised(self, numerator, denominator) -> kernels.KernelSums:
+        return kernels.KernelSums.symmetrised(numerator, denominator, *self.self_sums())
+
+    _REQUESTS = (CountWithin, QueryKernel, LowRank)
+
+    def _run(self, plans: list[Plan]) -> list[kernels.KernelSums]:
+        """Advance the plans in lockstep, each round answering all they ask at once; an
+        exact kernel's sums are asked last (they end a plan), so the exact bandwidths
+        share one pass."""
+        done: dict[int, tuple[kernels.KernelSums, SumsReport]] = {}
+        asked: dict[int, object] = {}
+
+        def advance(index: int, answer) -> None:
+            try:
+                asked[index] = plans[index].send(answer)
+            except StopIteration as stop:
+                done[index] = stop.value
+                asked.pop(index, None)
+
+        with single_threaded_blas():
+            for index in range(len(plans)):
+                advance(index, None)
+            while asked:
+                final = {
+                    k for k, r in asked.items() if isinstance(r, QueryKernel) and r.cutoff is None
+                }
+                batch = [k for k in asked if k not in final] or sorted(asked)
+                for index, answer in zip(
+                    batch, self._answer([asked[k] for k in batch]), strict=True
+                ):
+                    advance(index, answer)
+        self.reports.extend(done[k][1] for k in range(len(plans)))
+        return [done[k][0] for k in range(len(plans))]
+
+    def _answer(self, requests: list) -> list:
+        """The backend's answers to one round of requests, in their order."""
+        of = {kind: [r for r in requests if isinstance(r, kind)] for kind in self._REQUESTS}
+        answers = {
+            CountWithin: iter(self.backend.count_within([r.cutoff for r in of[CountWithin]]))
+        }
+        if of[QueryKernel] or of[LowRank]:
+            sums = self.backend.sums(of[QueryKernel], [r.factor for r in of[LowRank]])
+            answers.update({QueryKernel: iter(sums[0]), LowRank: iter(sums[1])})
+        return [next(answers[type(r)]) for r in requests]
+
+    def _plan(self, bandwidth: float, self_pairs: str) -> Plan:
+        """The path of one bandwidth (module docstring), as a generator: it yields what it
+        needs computed (:class:`CountWithin`, :class:`QueryKernel`, :class:`LowRank`),
+        receives the backend's answer, and returns the sums and their report."""
+        if (
+            self.response_kernel == "rbf"
+            and self.affinity_path == "nystrom"
+            and self.layout.n_responses >= response_nystrom.RESPONSE_NYSTROM_MIN
+        ):
+            found = response_nystrom.nystrom_sums(self, bandwidth, self_pairs)
+            if found is not None:
+                result, path, error, kind = found
+                return result, SumsReport(bandwidth, path, error, None, kind)
+        if bandwidth <= 0 or self.response_kernel != "linear" or self.affinity_path == "exact":
+            return (yield from self._exact(bandwidth))
         n_q = self.layout.n_queries
-        landmarks = np.sort(rng.choice(n_q, size=min(rank, n_q), replace=False))
-        cross = kernels.rbf_from_squared(
-            kernels.squared_distances(
-                self.query_vectors, self.query_vectors[landmarks], pool=self.pool
-            ),
-            bandwidth,
-            pool=self.pool,
+        sq_fits = n_q * n_q * 8 <= DENSE_SQDIST_MAX_BYTES
+        if self.affinity_path in ("auto", "sparse") and sq_fits:
+            cutoff = 2.0 * bandwidth * bandwidth * np.log(1.0 / SPARSE_THRESHOLD)  # kQ ≥ ε
+            dense = self.affinity_path == "auto" and (
+                (yield CountWithin(cutoff)) > SPARSE_MAX_DENSITY * n_q * n_q
+            )
+            if not dense:
+                result = self._symmetrised(*(yield QueryKernel(bandwidth, cutoff)))
+                report = self._sparse_report(bandwidth, result, self_pairs)
+                if report is not None:
+                    return result, report
+        wants_nystrom = self.affinity_path == "nystrom" or n_q > EXACT_MAX_QUERIES or not sq_fits
+        low_rank = self._rank_estimate(bandwidth) if wants_nystrom else None
+        if wants_nystrom and (
+            low_rank is not None or self.affinity_path == "nystrom" or not sq_fits
+        ):
+            rank = max(256, 2 * (low_rank or 128))
+            attempts = 0
+            while rank < n_q and attempts < 3:
+                attempts += 1
+                factor = response_nystrom.nystrom_factor(
+                    self.query_vectors,
+                    bandwidth,
+                    rank,
+                    random_state=self.random_state,
+                    pool=self.pool,
+                )
+                numerator, denominator = yield LowRank(factor)
+                kernels.restore_self_pairs(
+                    numerator, denominator, self.layout, self.features, factor
+                )
+                result = self._symmetrised(numerator, denominator)
+                bound = kernels.nystrom_bound(
+                    self.layout, self.features, result, factor, self_pairs
+                )
+                if bound <= self.tol:
+                    return result, SumsReport(bandwidth, "nystrom", bound, factor.shape[1], "bound")
+                if n_q <= MEASURED_MIN_QUERIES and sq_fits and self.affinity_path != "nystrom":
+                    break  # checking on sampled models would cost about as much as exact
+                error = response_nystrom.sampled_error(self, bandwidth, result, self_pairs)
+                if error <= self.tol or not sq_fits:
+                    return result, SumsReport(
+                        bandwidth, "nystrom", error, factor.shape[1], "measured"
+                    )
+                rank *= 2
+        return (yield from self._exact(bandwidth))
+
+    def _exact(self, bandwidth: float) -> Plan:
+        result = self._symmetrised(*(yield QueryKernel(bandwidth)))
+        return result, SumsReport(bandwidth, "exact", 0.0)
+
+    def _sparse_report(self, bandwidth, sums, self_pairs) -> SumsReport | None:
+        """The sparse path's report for sums over the truncated kernel, or None when their
+        bound (:func:`~pkps_core.space.kernels.truncation_bound`) exceeds :data:`SPARSE_TOL`."""
+        bound = kernels.truncation_bound(
+            self.layout, self.features, sums, SPARSE_THRESHOLD, self_pairs
         )
-        values, vectors = np.linalg.eigh(cross[landmarks])
-        keep = values > 1e-10 * values.max()
-        return self.pool.matmul(cross, vectors[:, keep] / np.sqrt(values[keep]))
+        if bound > SPARSE_TOL:
+            return None
+        return SumsReport(bandwidth, "sparse", bound, None, "bound")
 
     def _rank_estimate(self, bandwidth: float) -> int | None:
         """A starting Nyström rank from the spectrum of K_Q on a seeded query subsample.
@@ -390,91 +482,3 @@ class AffinityEngine:
             return fine
         # only the coarse tail is reached: worth a try where a sampled check is affordable
         return coarse if self.layout.n_queries > MEASURED_MIN_QUERIES else None
-
-    def _verify(self, bandwidth: float, sums: kernels.KernelSums, self_pairs: str) -> float:
-        """Max relative error of D on a seeded sample of models, against the exact sums."""
-        rng = np.random.default_rng(self.random_state)
-        n = self.layout.n_models
-        sample = np.sort(rng.choice(n, size=min(VERIFY_MODELS, n), replace=False))
-        exact = sample_exact_sums(
-            self.layout,
-            self.features,
-            self.query_vectors,
-            bandwidth,
-            sample,
-            pool=self.pool,
-            response_kernel=self.response_kernel,
-            response_bandwidth=self.response_bandwidth,
-        )
-        approx = kernels.KernelSums(
-            sums.numerator[np.ix_(sample, sample)],
-            sums.denominator[np.ix_(sample, sample)],
-            sums.self_numerator[sample],
-            sums.self_denominator[sample],
-        )
-        d_exact = kernels.distance_from_affinity(kernels.affinity_from_sums(exact, self_pairs)[0])[
-            0
-        ]
-        d_approx = kernels.distance_from_affinity(
-            kernels.affinity_from_sums(approx, self_pairs)[0]
-        )[0]
-        scale = np.abs(d_exact[np.triu_indices(len(sample), 1)]).max()
-        if scale == 0:
-            return 0.0
-        return float(np.abs(d_approx - d_exact).max() / scale)
-
-    def sums(self, bandwidth: float, self_pairs: str = "include") -> kernels.KernelSums:
-        """Kernel sums at one query bandwidth (0: delta kernel); appends a report.
-
-        The work runs on the engine's worker threads with BLAS on one thread
-        (:mod:`pkps_core.space.runtime`).
-        """
-        with single_threaded_blas():
-            return self._sums(float(bandwidth), self_pairs)
-
-    def _sums(self, bandwidth: float, self_pairs: str) -> kernels.KernelSums:
-        if (
-            self.response_kernel == "rbf"
-            and self.method == "nystrom"
-            and self.layout.n_responses >= response_nystrom.RESPONSE_NYSTROM_MIN
-        ):
-            found = response_nystrom.nystrom_sums(self, bandwidth, self_pairs)
-            if found is not None:
-                result, path, error, kind = found
-                self.reports.append(SumsReport(bandwidth, path, error, None, kind))
-                return result
-        if bandwidth <= 0 or self.response_kernel != "linear" or self.method == "exact":
-            self.reports.append(SumsReport(bandwidth, "exact", 0.0))
-            return self._exact(bandwidth)
-        n_q = self.layout.n_queries
-        sq_fits = n_q * n_q * 8 <= DENSE_SQDIST_MAX_BYTES
-        if self.method in ("auto", "sparse") and sq_fits:
-            result = self._sparse(bandwidth, self_pairs)
-            if result is not None:
-                return result
-        wants_nystrom = self.method == "nystrom" or n_q > EXACT_MAX_QUERIES or not sq_fits
-        low_rank = self._rank_estimate(bandwidth) if wants_nystrom else None
-        if wants_nystrom and (low_rank is not None or self.method == "nystrom" or not sq_fits):
-            rank = max(256, 2 * (low_rank or 128))
-            attempts = 0
-            while rank < n_q and attempts < 3:
-                attempts += 1
-                factor = self._nystrom_factor(bandwidth, rank)
-                result = self._wrap(*self._rank_sums(factor))
-                bound = self.nystrom_bound(result, factor, self_pairs)
-                if bound <= self.tol:
-                    self.reports.append(
-                        SumsReport(bandwidth, "nystrom", bound, factor.shape[1], "bound")
-                    )
-                    return result
-                if n_q <= MEASURED_MIN_QUERIES and sq_fits and self.method != "nystrom":
-                    break  # checking on sampled models would cost about as much as exact
-                error = self._verify(bandwidth, result, self_pairs)
-                if error <= self.tol or not sq_fits:
-                    self.reports.append(
-                        SumsReport(bandwidth, "nystrom", error, factor.shape[1], "measured")
-                    )
-                    return result
-                rank *= 2
-        self.reports.append(SumsReport(bandwidth, "exact", 0.0))
-        return self._exact(bandwidth)

@@ -1,4 +1,9 @@
-"""Reading and embedding a partitioned Parquet cache on a Dask cluster.
+"""Reaching a Dask cluster, and reading and embedding a partitioned Parquet cache on it.
+
+:func:`resolve_client` finds the cluster of ``engine="dask"`` (a client, a scheduler
+address, ``$PKPS_DASK_SCHEDULER`` or the default client) and :func:`connect` reaches an
+address, refusing in one line when nothing answers; ``dask`` and ``distributed`` are
+imported only then.
 
 :func:`read_dataset_on_cluster` is the scale-out counterpart of
 :func:`pkps_core.store.parquet.read_parquet_dataset` followed by
@@ -22,6 +27,7 @@ engine needs the response features in the client; see :mod:`pkps_core.space.dask
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +41,59 @@ from pkps_core.embed import TextEmbedder, default_embedder, transform_texts
 from pkps_core.records import RecordsError
 
 SAMPLE_TEXTS = 50_000  # distinct texts per kind the embedders are fitted on
+SCHEDULER_ENV = "PKPS_DASK_SCHEDULER"
+CONNECT_TIMEOUT = "10s"
+
+
+def import_distributed():
+    """The ``distributed`` module, or a ValueError saying how to install it."""
+    try:
+        import distributed
+    except ImportError:
+        raise ValueError(
+            "engine='dask' needs dask and distributed; install them with "
+            "pip install 'dask[distributed]>=2026.1,<2027', or use engine='local'"
+        ) from None
+    return distributed
+
+
+def connect(address: str):
+    """A client of the scheduler at ``address``; a one-line ValueError if unreachable."""
+    distributed = import_distributed()
+    try:
+        return distributed.Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        detail = " ".join(str(exc).split())[:160]
+        raise ValueError(
+            f"cannot reach the Dask scheduler at {address!r} ({detail}); start one "
+            f"(`dask scheduler` and `dask worker {address}`) or fix --scheduler / "
+            f"{SCHEDULER_ENV}"
+        ) from None
+
+
+def resolve_client(client):
+    """``(client, owned)``: a Client as given, or one for an address (``client``, else
+    ``$PKPS_DASK_SCHEDULER``), reusing the default client when it is on that scheduler;
+    ``owned`` is True when the caller must close it."""
+    distributed = import_distributed()
+    if client is not None and not isinstance(client, str):
+        return client, False
+    address = client or os.environ.get(SCHEDULER_ENV)
+    try:
+        current = distributed.get_client()
+    except ValueError:
+        current = None
+    if address is None:
+        if current is None:
+            raise ValueError(
+                "engine='dask' needs a cluster: pass client= (a distributed.Client or a "
+                f"scheduler address such as tcp://host:8786) or set {SCHEDULER_ENV}"
+            )
+        return current, False
+    if current is not None and current.scheduler is not None:
+        if current.scheduler.address == address:
+            return current, False
+    return connect(address), True
 
 
 def dataset_files(directory: str | Path) -> list[tuple[str, dict[str, str]]]:

@@ -17,8 +17,7 @@ from sklearn.base import BaseEstimator
 
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import kernels
-from pkps_core.space.affinity import SPARSE_THRESHOLD, SPARSE_TOL, AffinityEngine, SumsReport
-from pkps_core.space.increments import increment_sums
+from pkps_core.space.affinity import AffinityEngine
 from pkps_core.space.knn import choose_bandwidth, loo_knn_error
 from pkps_core.space.mds import classical_mds
 from pkps_core.space.prepare import PreparedCache, prepare_cache, reduce_dimension
@@ -247,7 +246,7 @@ class PerspectiveSpace(BaseEstimator):
                 self.response_bandwidth_ = 1.0
         grid = self._candidate_bandwidths()
         with self._engine(prepared, features, queries) as engine:
-            sums = [engine.sums(sigma, self.self_pairs) for sigma in grid]
+            sums = engine.grid_sums(grid, self.self_pairs)
         self.affinity_reports_ = list(engine.reports)
         self.prepared_ = prepared
         self.features_ = features
@@ -299,7 +298,8 @@ class PerspectiveSpace(BaseEstimator):
         bandwidth grid, the response bandwidth and any PCA are kept from the first fit, so
         the result equals a fresh :meth:`fit` of all the records with
         ``bandwidth_scale=self.median_query_distance_`` (and the same response bandwidth).
-        Bandwidths that ran on an approximate path are recomputed by the engine.
+        Bandwidths that ran on an approximate path are recomputed by the engine
+        (:meth:`~pkps_core.space.affinity.AffinityEngine.updated_sums`).
 
         Parameters
         ----------
@@ -311,6 +311,29 @@ class PerspectiveSpace(BaseEstimator):
         -------
         self
         """
+        added = self._added_records(records)
+        old = self.prepared_.frame
+        keys = ["model", "task", "query_id"]
+        combined = pd.concat([old, added], ignore_index=True)
+        prepared = prepare_cache(combined)
+        features = self._response_features(prepared)
+        queries = prepared.query_vectors if self.query_kernel == "rbf" else None
+        added_keys = pd.MultiIndex.from_frame(added[keys].astype(str))
+        new_mask = pd.MultiIndex.from_frame(prepared.frame[keys].astype(str)).isin(added_keys)
+        position = pd.Index(prepared.models).get_indexer(self.models_)
+        with self._engine(prepared, features, queries) as engine:
+            sums = engine.updated_sums(
+                self.kernel_sums_, self.affinity_reports_, position, new_mask, self.self_pairs
+            )
+        self.affinity_reports_ = list(engine.reports)
+        self.prepared_ = prepared
+        self.features_ = features
+        self.query_vectors_ = queries
+        self._finish(prepared, list(self.bandwidth_grid_), sums)
+        return self
+
+    def _added_records(self, records: pd.DataFrame) -> pd.DataFrame:
+        """The validated records of an :meth:`update`; an error when they cannot be added."""
         if not hasattr(self, "prepared_"):
             raise ValueError("call fit before update")
         added = validate_records(records)
@@ -331,77 +354,25 @@ class PerspectiveSpace(BaseEstimator):
                 "update needs the added rows to carry the same precomputed embedding columns "
                 "as the fitted cache and no PCA; refit instead"
             )
-        combined = pd.concat([old, added], ignore_index=True)
-        prepared = prepare_cache(combined)
-        features = self._response_features(prepared)
-        queries = prepared.query_vectors if self.query_kernel == "rbf" else None
-        added_keys = pd.MultiIndex.from_frame(added[keys].astype(str))
-        new_mask = pd.MultiIndex.from_frame(prepared.frame[keys].astype(str)).isin(added_keys)
-        position = pd.Index(prepared.models).get_indexer(self.models_)
-        engine = self._engine(prepared, features, queries)
-        self_num, self_den = engine._self_sums()
-        sums, reports = [], []
-        for sigma, old_sums, report in zip(
-            self.bandwidth_grid_, self.kernel_sums_, self.affinity_reports_, strict=True
-        ):
-            if report.path not in ("exact", "sparse"):
-                sums.append(engine.sums(sigma, self.self_pairs))
-                reports.append(engine.reports[-1])
-                continue
-            n = len(prepared.models)
-            numerator = np.zeros((n, n))
-            denominator = np.zeros((n, n))
-            numerator[np.ix_(position, position)] = old_sums.numerator
-            denominator[np.ix_(position, position)] = old_sums.denominator
-            inc_num, inc_den = increment_sums(
-                prepared.layout,
-                features,
-                queries,
-                sigma,
-                new_mask,
-                self.response_kernel,
-                self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
-                pool=engine.pool,
-            )
-            updated = kernels.KernelSums(
-                numerator + inc_num, denominator + inc_den, self_num, self_den
-            )
-            if report.path == "sparse":
-                # the new pairs are exact; the old ones lost entries below the threshold,
-                # which the bound (re-evaluated on the updated sums) still covers
-                bound = engine.truncation_bound(updated, SPARSE_THRESHOLD, self.self_pairs)
-                if bound > SPARSE_TOL:
-                    sums.append(engine.sums(sigma, self.self_pairs))
-                    reports.append(engine.reports[-1])
-                    continue
-                reports.append(SumsReport(float(sigma), "sparse", bound, None, "bound"))
-            else:
-                reports.append(SumsReport(float(sigma), "exact", 0.0))
-            sums.append(updated)
-        self.affinity_reports_ = reports
-        self.prepared_ = prepared
-        self.features_ = features
-        self.query_vectors_ = queries
-        self._finish(prepared, list(self.bandwidth_grid_), sums)
-        return self
+        return added
 
     def _engine(self, prepared, features, queries) -> AffinityEngine:
-        engine, options = AffinityEngine, {}
+        backend = None
         if self.engine == "dask":
-            from pkps_core.space.dask_engine import DaskAffinityEngine
+            from pkps_core.space.dask_engine import dask_backend
 
-            engine, options = DaskAffinityEngine, {"client": self.client}
-        return engine(
+            backend = dask_backend(self.client)
+        return AffinityEngine(
             prepared.layout,
             features,
             queries,
             response_kernel=self.response_kernel,
             response_bandwidth=self.response_bandwidth_ if self.response_kernel == "rbf" else 1.0,
-            method=self.affinity_method,
+            affinity_path=self.affinity_method,
             tol=self.affinity_tol,
             block_bytes=self.block_bytes,
             random_state=self.random_state,
-            **options,
+            backend=backend,
         )
 
     def _finish(self, prepared: PreparedCache, grid, sums) -> None:

@@ -36,10 +36,7 @@ def increment_sums(
     numerator_increment, denominator_increment : ndarray (n_models, n_models)
     """
     n = layout.n_models
-    features = np.ascontiguousarray(features, dtype=float)
-    if response_kernel == "cosine":
-        features = kernels.normalize_rows(features)
-        response_kernel = "linear"
+    features, response_kernel = kernels.linear_form(features, response_kernel)
     new_rows = np.flatnonzero(new_mask)
     cross_num = np.zeros((n, n))
     cross_den = np.zeros((n, n))
@@ -87,8 +84,9 @@ def increment_sums(
                 )
             else:
                 kq = (query_idx[rows, None] == query_idx[None, :]).astype(float)
-            sq = sq_norms[rows, None] + sq_norms[None, :] - 2.0 * features[rows] @ features.T
-            kr = np.exp(-np.maximum(sq, 0.0) / (2.0 * response_bandwidth**2))
+            kr = kernels.response_kernel_block(
+                features[rows], features, "rbf", response_bandwidth, sq_norms[rows], sq_norms
+            )
             owner = np.zeros((rows.size, n))
             owner[np.arange(rows.size), model_idx[rows]] = 1.0
             product, mass = kq * kr, kq

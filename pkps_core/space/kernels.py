@@ -1,8 +1,10 @@
 """Query and response kernels and the affinity A and distance D of PKPS Eqs. (1)–(2).
 
 Pure array math, shared by every path of the kernel sums (:mod:`pkps_core.space.sums`):
-the response layout, squared distances, RBF kernels, the self-pair terms, and A and D
-from the sums. Functions that can use threads take an optional :class:`WorkerPool`.
+the response layout, squared distances, RBF kernels, the self-pair terms, the Nyström
+path's diagonal fix, A and D from the sums, and the bounds on D's error that the engine
+(:mod:`pkps_core.space.affinity`) decides its paths by. Functions that can use threads
+take an optional :class:`WorkerPool`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from pkps_core.space.runtime import WorkerPool
 
@@ -83,6 +86,17 @@ class KernelSums:
     denominator: np.ndarray
     self_numerator: np.ndarray
     self_denominator: np.ndarray
+
+    @classmethod
+    def symmetrised(cls, numerator, denominator, self_numerator, self_denominator):
+        """The sums from an N and a Z that are symmetric but for rounding (their means
+        with their transposes are kept)."""
+        return cls(
+            0.5 * (numerator + numerator.T),
+            0.5 * (denominator + denominator.T),
+            self_numerator,
+            self_denominator,
+        )
 
 
 def squared_distances(
@@ -160,6 +174,16 @@ def _rbf_rows(sq: np.ndarray, scale: float, out: np.ndarray) -> None:
         np.exp(out, out=out)
 
 
+def truncated_rbf(sq: np.ndarray, bandwidth: float, cutoff: float):
+    """The RBF kernel of the squared distances ``sq`` without its entries at squared
+    distance above ``cutoff`` (the sparse path), as a CSR matrix: found from the
+    distances, so the dense kernel is never made."""
+    rows, cols = np.nonzero(sq <= cutoff)  # row-major order: the CSR layout as it comes
+    values = np.exp(sq[rows, cols] * (-1.0 / (2.0 * bandwidth * bandwidth)))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=sq.shape[0]))])
+    return sp.csr_array((values, cols, indptr), shape=sq.shape)
+
+
 def query_kernel_matrix(
     query_sqdist: np.ndarray | None, bandwidth: float, *, pool: WorkerPool | None = None
 ) -> np.ndarray | None:
@@ -193,6 +217,61 @@ def normalize_rows(features: np.ndarray) -> np.ndarray:
     """Unit-normalise rows; all-zero rows stay zero."""
     norms = np.linalg.norm(features, axis=1, keepdims=True)
     return features / np.where(norms > 0, norms, 1.0)
+
+
+def linear_form(features: np.ndarray, response_kernel: str) -> tuple[np.ndarray, str]:
+    """``(features, response_kernel)`` with the cosine kernel written as the linear kernel
+    on unit rows (the form every sum works with); other kernels as given."""
+    features = np.ascontiguousarray(features, dtype=float)
+    if response_kernel == "cosine":
+        return normalize_rows(features), "linear"
+    return features, response_kernel
+
+
+def restore_self_pairs(
+    numerator: np.ndarray,
+    denominator: np.ndarray,
+    layout: ResponseLayout,
+    features: np.ndarray,
+    factor: np.ndarray,
+) -> None:
+    """Make every self pair of the sums of a low-rank query kernel ``Φ Φ^T`` exact, in place.
+
+    The pair of a response with itself has kQ = 1 exactly, ``Φ Φ^T`` only ``‖φ_q‖²``; adding
+    ``(1 − ‖φ_q‖²) ‖x‖²`` to the numerator and ``1 − ‖φ_q‖²`` to the denominator of each
+    response's model on the diagonal restores them (the Nyström path's diagonal fix).
+    """
+    correction = (1.0 - np.einsum("ij,ij->i", factor, factor))[layout.query_idx]
+    sq_norms = np.einsum("ij,ij->i", features, features)
+    n = layout.n_models
+    diag = np.arange(n)
+    numerator[diag, diag] += np.bincount(layout.model_idx, correction * sq_norms, minlength=n)
+    denominator[diag, diag] += np.bincount(layout.model_idx, correction, minlength=n)
+
+
+def response_kernel_block(
+    x_rows: np.ndarray,
+    x_cols: np.ndarray,
+    response_kernel: str,
+    response_bandwidth: float,
+    sq_rows: np.ndarray | None = None,
+    sq_cols: np.ndarray | None = None,
+) -> np.ndarray:
+    """``k_R`` between two blocks of responses: the Gram matrix (linear, or cosine on unit
+    rows), or the RBF kernel through :func:`rbf_from_squared` (its subnormal clamp
+    included). ``sq_rows`` / ``sq_cols``: the rows' squared norms, when already known."""
+    gram = x_rows @ x_cols.T
+    if response_kernel != "rbf":
+        return gram
+    if sq_rows is None:
+        sq_rows = np.einsum("ij,ij->i", x_rows, x_rows)
+    if sq_cols is None:
+        sq_cols = np.einsum("ij,ij->i", x_cols, x_cols)
+    gram *= -2.0
+    gram += sq_rows[:, None]
+    gram += sq_cols[None, :]
+    np.maximum(gram, 0.0, out=gram)
+    return rbf_from_squared(gram, response_bandwidth, out=gram)
 
 
 def affinity_from_sums(
@@ -279,3 +358,96 @@ def distance_from_affinity(affinity: np.ndarray) -> tuple[np.ndarray, int]:
     distance = np.sqrt(squared)
     distance = 0.5 * (distance + distance.T)
     return distance, n_undefined
+
+
+def distance_bound(
+    sums: KernelSums,
+    numerator_error: np.ndarray,
+    denominator_error: np.ndarray,
+    self_pairs: str = "include",
+    *,
+    one_sided: bool = False,
+) -> float:
+    """Bound on max |ΔD| / max D given bounds on the errors of the kernel sums.
+
+    ``|N − Ñ| ≤ numerator_error`` and ``|Z − Z̃| ≤ denominator_error`` entrywise (with
+    ``Z ≥ Z̃`` when ``one_sided``) give ``|A − Ã| ≤ (ΔN + |Ã| ΔZ) / (Z̃ − ΔZ)`` (``/ Z̃``
+    when one-sided), then ``β_ii' = b_ii + b_i'i' + 2 b_ii'`` bounds the change of D²_ii'
+    and ``|ΔD_ii'| ≤ min(√β, β / D̃_ii')``. Infinite where a pair's kept mass cannot
+    cover its error.
+    """
+    n = sums.numerator.shape[0]
+    affinity, fallback = affinity_from_sums(sums, self_pairs)
+    kept = sums.denominator.copy()
+    if self_pairs == "exclude":
+        diag = np.arange(n)
+        use = ~fallback
+        kept[diag[use], diag[use]] -= sums.self_denominator[use]
+    if not one_sided:
+        kept = kept - denominator_error
+    if not np.all(kept > 0):
+        return float("inf")
+    per_pair = (numerator_error + np.abs(affinity) * denominator_error) / kept
+    diag = np.diag(per_pair)
+    beta = diag[:, None] + diag[None, :] + 2.0 * per_pair
+    distance = distance_from_affinity(affinity)[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = np.minimum(np.sqrt(beta), np.where(distance > 0, beta / distance, np.inf))
+    off = ~np.eye(n, dtype=bool)
+    scale = distance[off].max() if n > 1 else 0.0
+    if scale <= 0:
+        return float("inf")
+    return float(change[off].max() / scale)
+
+
+def truncation_bound(
+    layout: ResponseLayout,
+    features: np.ndarray,
+    sums: KernelSums,
+    threshold: float,
+    self_pairs: str = "include",
+) -> float:
+    """Bound on max |ΔD| / max D from dropping query-kernel entries below ``threshold``.
+
+    Each of the m_i m_i' pairs loses less than ``threshold`` of kernel mass and less
+    than ``threshold · |<x, x'>|`` of product (:mod:`pkps_core.space.affinity`,
+    ``sparse``); ``sums`` are those of the truncated kernel, whose Z only underestimates
+    the true one.
+    """
+    counts = layout.responses_per_model.astype(float)
+    norms = np.sqrt(np.einsum("ij,ij->i", features, features))
+    mass = np.bincount(layout.model_idx, norms, minlength=layout.n_models)
+    return distance_bound(
+        sums,
+        threshold * np.outer(mass, mass),
+        threshold * np.outer(counts, counts),
+        self_pairs,
+        one_sided=True,
+    )
+
+
+def nystrom_bound(
+    layout: ResponseLayout,
+    features: np.ndarray,
+    sums: KernelSums,
+    factor: np.ndarray,
+    self_pairs: str = "include",
+) -> float:
+    """Bound on max |ΔD| / max D of the sums of a Nyström query kernel ``Φ Φ^T`` with
+    the exact diagonal restored (:mod:`pkps_core.space.affinity`, ``nystrom``).
+
+    The residual ``E = K_Q − Φ Φ^T`` is positive semi-definite, and so is ``E ⊙ X X^T``;
+    with ``e_q = E_qq`` and ``t_i = Σ_j e_{q_ij}``, ``u_i = Σ_j e_{q_ij} ‖x_ij‖²``,
+    Cauchy–Schwarz and ``1^T B 1 ≤ m tr B`` give ``|ΔZ_ii'| ≤ √(m_i t_i m_i' t_i')`` and
+    ``|ΔN_ii'| ≤ √(m_i u_i m_i' u_i')`` (the exact self pairs only shrink the diagonal's
+    error). Infinite when rounding made some ``e_q`` clearly negative.
+    """
+    residual = 1.0 - np.einsum("ij,ij->i", factor, factor)
+    if residual.min() < -1e-9:
+        return float("inf")
+    residual = np.maximum(residual, 0.0)[layout.query_idx]
+    counts = layout.responses_per_model.astype(float)
+    sq_norms = np.einsum("ij,ij->i", features, features)
+    t = counts * np.bincount(layout.model_idx, residual, minlength=layout.n_models)
+    u = counts * np.bincount(layout.model_idx, residual * sq_norms, minlength=layout.n_models)
+    return distance_bound(sums, np.sqrt(np.outer(u, u)), np.sqrt(np.outer(t, t)), self_pairs)

@@ -19,7 +19,7 @@ Bound: the residual ``E_R = K_R − Φ Φ^T`` is positive semi-definite (Nyströ
     |ΔN_ii'| ≤ √(m_i t_i m_i' t_i'),   ΔZ = 0
 
 (the diagonal's correction only removes part of that error). The engine turns this into a
-bound on max |ΔD| / max D (:meth:`AffinityEngine.distance_bound`); where the bound is too
+bound on max |ΔD| / max D (:func:`~pkps_core.space.kernels.distance_bound`); where the bound is too
 loose, D is recomputed exactly on a seeded sample of models and compared. The rank doubles
 until one of them is within ``tol``, else the exact pairwise path runs.
 
@@ -37,9 +37,39 @@ import numpy as np
 
 from pkps_core.space import kernels
 from pkps_core.space.runtime import WorkerPool
+from pkps_core.space.sums import sample_exact_sums
 
 RESPONSE_NYSTROM_MIN = 4096  # fewer responses: the exact pair sum takes well under a second
 RESPONSE_RANKS = (256, 512, 1024, 2048)  # tried in turn; more costs about as much as exact
+VERIFY_MODELS = 8  # models whose exact sums check a Nyström approximation
+
+
+def nystrom_factor(
+    points: np.ndarray,
+    bandwidth: float,
+    rank: int,
+    *,
+    random_state=0,
+    pool: WorkerPool | None = None,
+) -> np.ndarray:
+    """Nyström features ``Φ`` (n × r') of the RBF kernel on ``points`` at ``bandwidth``:
+    ``Φ Φ^T ≈ K``, for the queries (the Nyström query path) and the responses alike.
+
+    Landmarks are ``rank`` points drawn without replacement with ``random_state``;
+    eigenvalues of ``K_LL`` below ``1e-10`` of the largest are dropped (r' ≤ rank).
+    """
+    rng = np.random.default_rng(random_state)
+    n = len(points)
+    landmarks = np.sort(rng.choice(n, size=min(rank, n), replace=False))
+    cross = kernels.rbf_from_squared(
+        kernels.squared_distances(points, points[landmarks], pool=pool),
+        bandwidth,
+        pool=pool,
+    )
+    values, vectors = np.linalg.eigh(cross[landmarks])
+    keep = values > 1e-10 * values.max()
+    projection = vectors[:, keep] / np.sqrt(values[keep])
+    return cross @ projection if pool is None else pool.matmul(cross, projection)
 
 
 def response_factor(
@@ -50,26 +80,44 @@ def response_factor(
     random_state=0,
     pool: WorkerPool | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Nyström features ``Φ`` (n × r') of the RBF response kernel and the residual diagonal
-    ``e = 1 − ‖φ‖²`` (clipped at 0; rounding can make it −1e-15).
-
-    Landmarks are ``rank`` responses drawn without replacement with ``random_state``;
-    eigenvalues of ``K_LL`` below ``1e-10`` of the largest are dropped (r' ≤ rank).
-    """
-    rng = np.random.default_rng(random_state)
-    n = len(features)
-    landmarks = np.sort(rng.choice(n, size=min(rank, n), replace=False))
-    cross = kernels.rbf_from_squared(
-        kernels.squared_distances(features, features[landmarks], pool=pool),
-        bandwidth,
-        pool=pool,
-    )
-    values, vectors = np.linalg.eigh(cross[landmarks])
-    keep = values > 1e-10 * values.max()
-    projection = vectors[:, keep] / np.sqrt(values[keep])
-    factor = cross @ projection if pool is None else pool.matmul(cross, projection)
+    """Nyström features ``Φ`` of the RBF response kernel (:func:`nystrom_factor`) and the
+    residual diagonal ``e = 1 − ‖φ‖²`` (clipped at 0; rounding can make it −1e-15)."""
+    factor = nystrom_factor(features, bandwidth, rank, random_state=random_state, pool=pool)
     residual = np.maximum(1.0 - np.einsum("ij,ij->i", factor, factor), 0.0)
     return factor, residual
+
+
+def sampled_error(engine, bandwidth: float, sums: kernels.KernelSums, self_pairs: str) -> float:
+    """Max relative error of D on a seeded sample of :data:`VERIFY_MODELS` models of
+    ``engine``'s cache, against their exact sums: the check of either Nyström path when
+    its bound is too loose."""
+    rng = np.random.default_rng(engine.random_state)
+    n = engine.layout.n_models
+    sample = np.sort(rng.choice(n, size=min(VERIFY_MODELS, n), replace=False))
+    exact = sample_exact_sums(
+        engine.layout,
+        engine.features,
+        engine.query_vectors,
+        bandwidth,
+        sample,
+        pool=engine.pool,
+        response_kernel=engine.response_kernel,
+        response_bandwidth=engine.response_bandwidth,
+    )
+    approx = kernels.KernelSums(
+        sums.numerator[np.ix_(sample, sample)],
+        sums.denominator[np.ix_(sample, sample)],
+        sums.self_numerator[sample],
+        sums.self_denominator[sample],
+    )
+    d_exact, d_approx = (
+        kernels.distance_from_affinity(kernels.affinity_from_sums(s, self_pairs)[0])[0]
+        for s in (exact, approx)
+    )
+    scale = np.abs(d_exact[np.triu_indices(len(sample), 1)]).max()
+    if scale == 0:
+        return 0.0
+    return float(np.abs(d_approx - d_exact).max() / scale)
 
 
 def exact_self_pairs(sums: kernels.KernelSums, layout, residual: np.ndarray) -> kernels.KernelSums:
@@ -104,8 +152,9 @@ def worth_trying(layout, n_features: int, rank: int) -> bool:
 
 
 def _engine_at(engine, rank: int):
-    """An engine of the same class over the responses' Nyström features at ``rank``
-    (linear kernel), sharing ``engine``'s pool and query distances; and the residual."""
+    """An engine over the responses' Nyström features at ``rank`` (linear kernel) on a
+    backend of the same kind, sharing ``engine``'s threads (and query distances, or
+    cluster); and the residual."""
     if rank not in engine._response_engines:
         factor, residual = response_factor(
             engine.features,
@@ -118,14 +167,13 @@ def _engine_at(engine, rank: int):
             engine.layout,
             factor,
             engine.query_vectors,
-            method=engine.method,
+            affinity_path=engine.affinity_path,
             tol=engine.tol,
             block_bytes=engine.block_bytes,
             random_state=engine.random_state,
-            **({"client": engine.client} if hasattr(engine, "client") else {}),
+            backend=engine.backend.sharing,
         )
         inner.pool = engine.pool
-        inner._sqdist = engine._sqdist
         # one factor kept at a time (with the rank that last served)
         kept = {k: v for k, v in engine._response_engines.items() if k == "rank"}
         engine._response_engines = {**kept, rank: (inner, residual)}
@@ -148,10 +196,9 @@ def nystrom_sums(engine, bandwidth: float, self_pairs: str):
         ):
             break
         inner, residual = _engine_at(engine, rank)
-        result = exact_self_pairs(inner._sums(bandwidth, self_pairs), layout, residual)
-        engine._sqdist = inner._sqdist  # computed once, shared by every rank
+        result = exact_self_pairs(inner.sums(bandwidth, self_pairs), layout, residual)
         query = inner.reports[-1]
-        error = engine.distance_bound(
+        error = kernels.distance_bound(
             result,
             numerator_error(layout, residual),
             np.zeros((layout.n_models, layout.n_models)),
@@ -159,7 +206,7 @@ def nystrom_sums(engine, bandwidth: float, self_pairs: str):
         )
         kind = "bound" if query.error_kind != "measured" else "measured"
         if error > engine.tol:
-            error, kind = engine._verify(bandwidth, result, self_pairs), "measured"
+            error, kind = sampled_error(engine, bandwidth, result, self_pairs), "measured"
         if error + query.error <= engine.tol:
             query_path = query.path + (f"(r={query.rank})" if query.rank else "")
             path = f"{query_path}+response-nystrom(r={inner.features.shape[1]})"

@@ -26,7 +26,6 @@ from pkps_core.space.kernels import (
     RESPONSE_KERNELS,
     KernelSums,
     ResponseLayout,
-    normalize_rows,
     self_sums,
 )
 from pkps_core.space.runtime import WorkerPool, borrow_buffer, single_threaded_blas
@@ -56,23 +55,168 @@ def _model_blocks(n_models: int, bytes_per_model: int, block_bytes: int):
         yield int(start), int(stop)
 
 
+def scatter_y(
+    features: np.ndarray,
+    owner: np.ndarray,
+    query: np.ndarray,
+    n_models: int,
+    q_lo: int,
+    q_hi: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Y over the queries [q_lo, q_hi), feature-major: ``Y[i, :, q - q_lo] = x`` for each
+    response x of model ``owner`` to query ``q`` in the range; shape (n_models, p, span),
+    written into the front of the flat buffer ``out`` when given.
+
+    Feature-major, so that the features of a model over a query block are one contiguous
+    row (the contraction's operand) and any leading subset of the features a view of it.
+    """
+    shape = (n_models, features.shape[1], q_hi - q_lo)
+    if out is None:
+        y = np.zeros(shape)
+    else:
+        y = out[: int(np.prod(shape))].reshape(shape)
+        y.fill(0.0)
+    inside = (query >= q_lo) & (query < q_hi)
+    if inside.all():
+        y.transpose(0, 2, 1)[owner, query - q_lo] = features
+    else:
+        y.transpose(0, 2, 1)[owner[inside], query[inside] - q_lo] = features[inside]
+    return y
+
+
+def transfer_models(
+    kernel_rows,
+    features: np.ndarray,
+    query: np.ndarray,
+    bounds: np.ndarray,
+    out: np.ndarray,
+    *,
+    features_t=None,
+    pool: WorkerPool | None = None,
+) -> None:
+    """The transfer of consecutive models over the columns of a query-kernel block.
+
+    ``out[j, :, c] = Σ_r kernel_rows[query[r], c] x_r`` over the responses r of model j
+    (rows ``bounds[j]:bounds[j + 1]`` of ``features``), written into ``out`` of shape
+    (models, p, columns). ``kernel_rows`` is dense or ``scipy.sparse`` (a truncated
+    kernel: one sparse product for all models); dense, a model that answered at least
+    :data:`DENSE_TRANSFER_DENSITY` of the rows takes the product with all of them, the
+    others gather their own rows. ``features_t``: a callable giving ``features.T``
+    (contiguous) for the gathers; ``pool``: threads for the models (none: one by one).
+    """
+    k, n_rows = len(bounds) - 1, kernel_rows.shape[0]
+    # reused buffers (the pool's per thread): fresh memory costs page faults each time
+    # where malloc returns freed memory at once (Dask's workers)
+    scratch = pool.scratch if pool is not None else WorkerPool(1).scratch
+    if sp.issparse(kernel_rows):
+        owner = np.repeat(np.arange(k), np.diff(bounds))
+        _sparse_transfer(sp.csr_array(kernel_rows), features, query, owner, out)
+        return
+    if (bounds[-1] - bounds[0]) / (n_rows * max(k, 1)) >= DENSE_TRANSFER_DENSITY:
+        # mostly paired: the product of all the kernel's rows beats a gather per model
+        size = features.shape[1] * n_rows
+
+        def transfer_model(j: int) -> None:
+            lo, hi = bounds[j], bounds[j + 1]
+            model_y = scratch(size).reshape(-1, n_rows)
+            model_y.fill(0.0)
+            model_y[:, query[lo:hi]] = features[lo:hi].T
+            np.matmul(model_y, kernel_rows, out=out[j])
+
+    else:
+        transposed = features_t() if features_t is not None else np.ascontiguousarray(features.T)
+        span = kernel_rows.shape[1]
+
+        def transfer_model(j: int) -> None:
+            lo, hi = bounds[j], bounds[j + 1]
+            # K[Q_j, block], gathered a slab of columns at a time: a gather that stays in
+            # cache is several times faster than one of all columns at once; X^T K is the
+            # fast orientation of this product and writes the feature-major T directly
+            slab = min(span, max(GATHER_COLUMNS, GATHER_BYTES // (8 * max(hi - lo, 1))))
+            gathered = scratch((hi - lo) * slab)
+            for c_lo in range(0, span, slab):
+                c_hi = min(span, c_lo + slab)
+                part = gathered[: (hi - lo) * (c_hi - c_lo)].reshape(hi - lo, c_hi - c_lo)
+                np.take(kernel_rows[:, c_lo:c_hi], query[lo:hi], axis=0, out=part, mode="clip")
+                np.matmul(transposed[:, lo:hi], part, out=out[j, :, c_lo:c_hi])
+
+    if pool is None:
+        for j in range(k):
+            transfer_model(j)
+    else:
+        # the gathers are memory-bound and single-threaded: models side by side, each
+        # product on one BLAS thread
+        pool.map(transfer_model, range(k))
+
+
+def _sparse_transfer(kernel_rows, features, query, owner, out) -> None:
+    """:func:`transfer_models` for a sparse (CSR) kernel block, as one sparse product.
+
+    Response r adds ``K[query[r], c] x_r`` to ``T[owner[r], :, c]`` for every kept entry
+    of its kernel row: a sparse matrix with one entry per such (response, c) times the
+    features.
+    """
+    indptr, indices, data = kernel_rows.indptr, kernel_rows.indices, kernel_rows.data
+    out.fill(0.0)
+    counts = indptr[query + 1] - indptr[query]
+    total = int(counts.sum())
+    if total == 0:
+        return
+    response = np.repeat(np.arange(len(query)), counts)
+    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    entry = np.repeat(indptr[query], counts) + offsets
+    span = out.shape[2]
+    target = owner[response] * span + indices[entry]  # (model, column) of T
+    rows, compact = np.unique(target, return_inverse=True)
+    expand = sp.csr_array((data[entry], (compact.ravel(), response)), shape=(rows.size, len(query)))
+    out.transpose(0, 2, 1)[rows // span, rows % span] = expand @ features
+
+
+def pairwise_block(
+    query_kernel: np.ndarray, response_kernel: np.ndarray, row_starts, col_starts
+) -> tuple[np.ndarray, np.ndarray]:
+    """N and Z of one block of response pairs: ``Σ kQ kR`` and ``Σ kQ`` per (row model,
+    column model), rows and columns grouped by model from ``row_starts`` / ``col_starts``
+    (positions where a model's responses begin)."""
+    product = np.add.reduceat(query_kernel * response_kernel, col_starts, axis=1)
+    mass = np.add.reduceat(query_kernel, col_starts, axis=1)
+    return np.add.reduceat(product, row_starts, axis=0), np.add.reduceat(mass, row_starts, axis=0)
+
+
+def project_models(factor, features, query, bounds, pool: WorkerPool | None = None):
+    """``Φ[Q_j]^T X_j`` for consecutive models (rows ``bounds[j]:bounds[j + 1]``): the
+    Nyström path's per-model projection, shape (models, rank, p)."""
+    k = len(bounds) - 1
+    projected = np.empty((k, factor.shape[1], features.shape[1]))
+
+    def project(j: int) -> None:
+        lo, hi = bounds[j], bounds[j + 1]
+        np.matmul(factor[query[lo:hi]].T, features[lo:hi], out=projected[j])
+
+    if pool is None:
+        for j in range(k):
+            project(j)
+    else:
+        pool.map(project, range(k))
+    return projected
+
+
 class FactorizedSums:
     """The exact factorised kernel sums of one cache, for any query kernel.
 
-    Linear response kernel (cosine after normalising rows). Let ``Y[i, q] = x`` for model
-    i's response x to unique query q (zero where it did not answer), query-major with shape
-    ``(n_models, n_queries, p)``, and ``S`` the ``(n_queries, n_models)`` indicator of who
-    answered what. Then ``N_ii' = <Y[i], T[i']>`` with the transfer ``T[i'] = K_Q Y[i']``,
-    and ``Z = S^T K_Q S``. Each model's T is one product ``K_Q[Q_i']^T X_i'`` over the
-    kernel rows of its own queries (O(M m_i' p); K_Q is symmetric), or, for mostly paired
-    models, the product of all of K_Q with Y[i']; for a sparse (truncated) K_Q all models'
-    T come from one sparse product; for the delta kernel T = Y. Work is blocked by queries
-    (the rows of T) and by models; the contraction is one matrix product per block pair
-    over the upper triangle only, as the sums are symmetric. Z costs one product with S.
+    Linear response kernel (cosine after normalising rows). Let ``Y[i, :, q] = x`` for model
+    i's response x to unique query q (zero where it did not answer), feature-major with
+    shape ``(n_models, p, n_queries)``, and ``S`` the ``(n_queries, n_models)`` indicator
+    of who answered what. Then ``N_ii' = <Y[i], T[i']>`` with the transfer
+    ``T[i'] = Y[i'] K_Q`` (:func:`transfer_models`), and ``Z = S^T K_Q S``. Work is
+    blocked by queries (the columns of T) and by models; the contraction is one matrix
+    product per block pair over the upper triangle only, as the sums are symmetric. Z
+    costs one product with S.
 
     Everything that does not depend on the query kernel (Y, S) is built once, so calling
     the object for several bandwidths pays only for the products. ``K_Q`` may be a dense
-    array, a ``scipy.sparse`` matrix or None (delta).
+    array, a ``scipy.sparse`` matrix or None (delta: T = Y).
 
     Parameters
     ----------
@@ -111,96 +255,26 @@ class FactorizedSums:
         keep = n * p * n_q * 8 <= y_cache_bytes()
         self._y_blocks = [self.y_block(lo, hi) for lo, hi in self.query_blocks] if keep else None
 
-    def y_block(self, q_lo: int, q_hi: int, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Y of models [start, stop) over queries [q_lo, q_hi): one row scatter."""
+    def y_block(self, q_lo: int, q_hi: int) -> np.ndarray:
+        """Y of every model over queries [q_lo, q_hi) (:func:`scatter_y`)."""
         layout = self.layout
-        stop = layout.n_models if stop is None else stop
-        span = q_hi - q_lo
-        y = np.zeros((stop - start, span, self.p))
-        lo, hi = layout.model_bounds[start], layout.model_bounds[stop]
-        queries = layout.query_idx[lo:hi]
-        inside = (queries >= q_lo) & (queries < q_hi)
-        rows = (layout.model_idx[lo:hi] - start) * span + queries - q_lo
-        if inside.all():
-            y.reshape(-1, self.p)[rows] = self.features[lo:hi]
-        else:
-            y.reshape(-1, self.p)[rows[inside]] = self.features[lo:hi][inside]
-        return y
-
-    def _sparse_transfer(self, kernel_columns, start: int, stop: int, transfer) -> None:
-        """T of models [start, stop) for a sparse kernel block, as one sparse product.
-
-        Response r of model i (query l) adds ``K[l, q] x_r`` to ``T[i, q]`` for every kept
-        entry of row l of the (symmetric) kernel: a sparse matrix with one entry per such
-        (response, q) times the features.
-        """
-        layout = self.layout
-        bounds = layout.model_bounds
-        lo, hi = bounds[start], bounds[stop]
-        k, span = stop - start, transfer.shape[1]
-        indptr, indices, data = kernel_columns.indptr, kernel_columns.indices, kernel_columns.data
-        queries = layout.query_idx[lo:hi]
-        counts = indptr[queries + 1] - indptr[queries]
-        total = int(counts.sum())
-        if total == 0:
-            transfer[:] = 0.0
-            return
-        response = np.repeat(np.arange(hi - lo), counts)
-        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-        entry = np.repeat(indptr[queries], counts) + offsets
-        owner = layout.model_idx[lo:hi][response] - start
-        target = owner * span + indices[entry]  # row of T (model, query) in the block
-        rows, compact = np.unique(target, return_inverse=True)
-        expand = sp.csr_array(
-            (data[entry], (compact.ravel(), response)), shape=(rows.size, hi - lo)
+        return scatter_y(
+            self.features, layout.model_idx, layout.query_idx, layout.n_models, q_lo, q_hi
         )
-        flat = transfer.reshape(k * span, self.p)
-        flat.fill(0.0)
-        flat[rows] = expand @ self.features[lo:hi]
 
-    def _transfer(self, kernel_columns, start, stop, q_lo, q_hi, y, transfer) -> None:
-        """Write T of models [start, stop) over queries [q_lo, q_hi) into ``transfer``."""
-        layout, p = self.layout, self.p
-        bounds, query_idx = layout.model_bounds, layout.query_idx
-        k, span, n_q = stop - start, q_hi - q_lo, layout.n_queries
-        if sp.issparse(kernel_columns):
-            self._sparse_transfer(kernel_columns, start, stop, transfer)
-            return
-        if (bounds[stop] - bounds[start]) / (n_q * k) >= DENSE_TRANSFER_DENSITY:
-            # mostly paired: the product of all of K_Q with Y beats a gather per model
-            whole_y = y if span == n_q else None
-
-            def transfer_model(j: int) -> None:
-                model_y = (
-                    whole_y[start + j]
-                    if whole_y is not None
-                    else self.y_block(0, n_q, start + j, start + j + 1)[0]
-                )
-                np.matmul(kernel_columns.T, model_y, out=transfer[j])
-
-        else:
-            features_t = self._features_t()
-            pool = self.pool
-
-            def transfer_model(j: int) -> None:
-                lo, hi = bounds[start + j], bounds[start + j + 1]
-                # K_Q[Q_i', block], gathered a slab of columns at a time: a gather that
-                # stays in cache is several times faster than one of all columns at once.
-                # X^T K is the fast orientation of this product; its small result is
-                # transposed into T while still in cache.
-                slab = min(span, max(GATHER_COLUMNS, GATHER_BYTES // (8 * max(hi - lo, 1))))
-                out = pool.scratch(p * slab).reshape(p, slab)
-                for c_lo in range(0, span, slab):
-                    c_hi = min(span, c_lo + slab)
-                    part = out[:, : c_hi - c_lo]
-                    np.matmul(
-                        features_t[:, lo:hi], kernel_columns[query_idx[lo:hi], c_lo:c_hi], out=part
-                    )
-                    transfer[j, c_lo:c_hi] = part.T
-
-        # the gathers are memory-bound and single-threaded: models side by side, each
-        # product on one BLAS thread
-        self.pool.map(transfer_model, range(k))
+    def _transfer(self, kernel_columns, start: int, stop: int, transfer) -> None:
+        """Write T of models [start, stop) over the kernel's columns into ``transfer``."""
+        bounds = self.layout.model_bounds
+        lo, hi = bounds[start], bounds[stop]
+        transfer_models(
+            kernel_columns,
+            self.features[lo:hi],
+            self.layout.query_idx[lo:hi],
+            bounds[start : stop + 1] - lo,
+            transfer,
+            features_t=lambda: self._features_t()[:, lo:hi],
+            pool=self.pool,
+        )
 
     def _features_t(self) -> np.ndarray:
         """X feature-major, made on first use of the gather path."""
@@ -245,15 +319,13 @@ class FactorizedSums:
                 kernel_columns = None
                 if query_kernel is not None:
                     kernel_columns = query_kernel if span == n_q else query_kernel[:, q_lo:q_hi]
-                    if sp.issparse(kernel_columns):
-                        kernel_columns = sp.csr_array(kernel_columns)
                 for start, stop in model_blocks:
                     k = stop - start
                     if kernel_columns is None:
                         transfer = y[start:stop]  # delta kernel: T = Y
                     else:
-                        transfer = buffer[: k * span * p].reshape(k, span, p)
-                        self._transfer(kernel_columns, start, stop, q_lo, q_hi, y, transfer)
+                        transfer = buffer[: k * span * p].reshape(k, p, span)
+                        self._transfer(kernel_columns, start, stop, transfer)
                     size = span * p
                     # rows 0..stop: the upper triangle of these columns (and their diagonal)
                     numerator[:stop, start:stop] += self.pool.inner(
@@ -262,6 +334,33 @@ class FactorizedSums:
             lower = np.tril_indices(n, -1)
             numerator[lower] = numerator.T[lower]
             return numerator, self._denominator(query_kernel)
+
+
+def pairwise_rows(
+    x_rows, owner, x_cols, col_starts, query_kernels, response_kernel, response_bandwidth, rows
+) -> tuple[np.ndarray, np.ndarray]:
+    """N and Z of response rows (of the models ``owner``, sorted) against response
+    columns (grouped by model from ``col_starts``), ``rows`` rows at a time, for several
+    query kernels: ``query_kernels(chunk)`` gives each one's block for the rows ``chunk``;
+    the response kernel is computed once for all. Shape (kernels, models up to the last
+    of ``owner``, column models)."""
+    sq_cols = np.einsum("ij,ij->i", x_cols, x_cols)
+    sums = None
+    for start in range(0, len(x_rows), rows):
+        chunk = slice(start, min(len(x_rows), start + rows))
+        kr = kernels.response_kernel_block(
+            x_rows[chunk], x_cols, response_kernel, response_bandwidth, sq_cols=sq_cols
+        )
+        models = owner[chunk]
+        starts = np.flatnonzero(np.r_[True, models[1:] != models[:-1]])
+        blocks = query_kernels(chunk)
+        if sums is None:
+            sums = np.zeros((2, len(blocks), owner[-1] + 1, len(col_starts)))
+        for index, kq in enumerate(blocks):
+            num, den = pairwise_block(kq, kr, starts, col_starts)
+            sums[0, index, models[starts]] += num
+            sums[1, index, models[starts]] += den
+    return sums[0], sums[1]
 
 
 def pairwise_sums(
@@ -273,35 +372,24 @@ def pairwise_sums(
     block_bytes: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Any kernel pair, by blocks of response rows against all responses: O(N^2 p)."""
-    n, n_resp = layout.n_models, layout.n_responses
-    numerator = np.zeros((n, n))
-    denominator = np.zeros((n, n))
-    sq_norms = np.einsum("ij,ij->i", features, features)
-    block = int(max(1, min(n_resp, block_bytes // (3 * 8 * max(n_resp, 1)))))
-    col_starts = layout.model_bounds[:-1]
-    for start in range(0, n_resp, block):
-        stop = min(n_resp, start + block)
-        rows = slice(start, stop)
+    n_resp, query = layout.n_responses, layout.query_idx
+
+    def query_kernels(chunk):
         if query_kernel is None:
-            kq = (layout.query_idx[rows, None] == layout.query_idx[None, :]).astype(float)
-        else:
-            kq = query_kernel[layout.query_idx[rows]][:, layout.query_idx]
-        gram = features[rows] @ features.T
-        if response_kernel == "rbf":
-            sq = sq_norms[rows, None] + sq_norms[None, :] - 2.0 * gram
-            np.maximum(sq, 0.0, out=sq)
-            kr = np.exp(-sq / (2.0 * response_bandwidth * response_bandwidth))
-        else:
-            kr = gram
-        product_by_model = np.add.reduceat(kq * kr, col_starts, axis=1)  # (b, n)
-        mass_by_model = np.add.reduceat(kq, col_starts, axis=1)
-        owner = sp.csr_matrix(
-            (np.ones(stop - start), (layout.model_idx[rows], np.arange(stop - start))),
-            shape=(n, stop - start),
-        )
-        numerator += owner @ product_by_model
-        denominator += owner @ mass_by_model
-    return numerator, denominator
+            return [(query[chunk, None] == query[None, :]).astype(float)]
+        return [query_kernel[query[chunk]][:, query]]
+
+    numerator, denominator = pairwise_rows(
+        features,
+        layout.model_idx,
+        features,
+        layout.model_bounds[:-1],
+        query_kernels,
+        response_kernel,
+        response_bandwidth,
+        int(max(1, min(n_resp, block_bytes // (3 * 8 * max(n_resp, 1))))),
+    )
+    return numerator[0], denominator[0]
 
 
 def kernel_sums(
@@ -343,11 +431,7 @@ def kernel_sums(
         raise ValueError(
             f"response_kernel must be one of {RESPONSE_KERNELS}, got {response_kernel!r}"
         )
-    features = np.ascontiguousarray(features, dtype=float)
-    if response_kernel == "cosine":
-        features = normalize_rows(features)
-        response_kernel = "linear"
-    self_num, self_den = self_sums(layout, features, response_kernel)
+    features, response_kernel = kernels.linear_form(features, response_kernel)
     factorizable = response_kernel == "linear"
     if method == "auto":
         method = "factorized" if factorizable else "pairwise"
@@ -363,9 +447,9 @@ def kernel_sums(
         )
     else:
         raise ValueError(f"method must be 'auto', 'factorized' or 'pairwise', got {method!r}")
-    numerator = 0.5 * (numerator + numerator.T)
-    denominator = 0.5 * (denominator + denominator.T)
-    return KernelSums(numerator, denominator, self_num, self_den)
+    return KernelSums.symmetrised(
+        numerator, denominator, *self_sums(layout, features, response_kernel)
+    )
 
 
 def sample_exact_sums(
