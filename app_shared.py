@@ -110,6 +110,42 @@ def load_records(path: str, version: int) -> pd.DataFrame:
     return open_store(path).records()
 
 
+def predictor_status(path: str, holdout: str) -> str:
+    """"current", "stale" or "none": the store's fitted reference predictor (``fit``) for
+    the new-model page's settings."""
+    from pkps_core.predictor import FIT_KIND, ReferencePredictor
+    from pkps_core.store.fits import fit_key, fit_status
+
+    key = fit_key(FIT_KIND, ReferencePredictor(holdout=holdout).settings())
+    return fit_status(open_store(path), key)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Reading the fitted reference predictor…")
+def load_predictor(path: str, version: int, holdout: str):
+    """The store's fitted reference predictor at this store version (read, never fitted
+    here: :func:`fit_predictor` fits it, with progress)."""
+    from pkps_core.predictor import stored_predictor
+
+    return stored_predictor(
+        open_store(path), fit="never", records=load_records(path, version), holdout=holdout
+    )
+
+
+def fit_predictor(path: str, version: int, holdout: str, progress) -> None:
+    """Fit the store's reference predictor and keep it in the store (``progress(fraction,
+    message)``); the next :func:`load_predictor` reads it."""
+    from pkps_core.predictor import stored_predictor
+
+    stored_predictor(
+        open_store(path),
+        fit="always",
+        records=load_records(path, version),
+        holdout=holdout,
+        progress=progress,
+    )
+    load_predictor.clear()
+
+
 @st.cache_resource(max_entries=4, show_spinner="Preparing the kernel arrays…")
 def load_prepared(path: str, version: int) -> PreparedCache:
     return prepare_cache(load_records(path, version), validated=True)

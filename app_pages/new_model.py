@@ -14,6 +14,7 @@ from pkps_core.views.new_model import (
     new_model_report,
     upload_target,
 )
+from pkps_core.views.placed_model import embed_like_store, placed_model_report, upload_as_new
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -38,6 +39,55 @@ def uploaded_model_report(
         read_upload(name, data), shared.load_records(path, version), embedders
     )
     return new_model_report(records, model, holdout=holdout), notes
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def placed_store_report(path: str, version: int, model: str, holdout: str) -> NewModelReport:
+    """A store model predicted from the others by the store's fitted predictor."""
+    records = shared.load_records(path, version)
+    predictor = shared.load_predictor(path, version, holdout)
+    return placed_model_report(predictor, records[records["model"] == model])
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def placed_upload_report(
+    path: str, version: int, name: str, data: bytes, holdout: str
+) -> tuple[NewModelReport, list[str]]:
+    """An upload placed by the store's fitted predictor: its texts embedded with the
+    store's embedders, nothing refitted."""
+    store_models = shared.load_cells(path, version)["model"].unique()
+    upload, _, notes = upload_as_new(read_upload(name, data), store_models)
+    upload = embed_like_store(upload, shared.open_store(path))
+    predictor = shared.load_predictor(path, version, holdout)
+    return placed_model_report(predictor, upload), notes
+
+
+def offer_fit(path: str, version: int, holdout: str, state: str) -> None:
+    """Say that the store has no current fitted predictor, and offer to fit it."""
+    why = (
+        "its references changed since it was fitted"
+        if state == "stale"
+        else "none has been fitted for these settings"
+    )
+    with st.expander(
+        f"Each model is refitted here ({why}); fit the store's predictor once for "
+        "about-a-second answers",
+        expanded=False,
+    ):
+        st.caption(
+            "Fitting calibrates the ensemble and intervals once per budget (1, 2, 4, 8, 16, "
+            "32 responses per task; scored and responses-only) and keeps it in the store; "
+            "`python -m pkps_core fit --db STORE` does the same. A few minutes on tens of "
+            "thousands of responses; it is redone when the references change."
+        )
+        if st.button("Fit the reference predictor", key="new_model_fit"):
+            bar = st.progress(0.0, text="Fitting the reference predictor…")
+
+            def progress(fraction: float, message: str) -> None:
+                bar.progress(min(max(fraction, 0.0), 1.0), text=message)
+
+            shared.fit_predictor(path, version, holdout, progress)
+            st.rerun()
 
 
 NUMBER = st.column_config.NumberColumn
@@ -81,11 +131,15 @@ holdout = controls[2].radio(
     help="family: no model of its family is a reference (the new-model protocol's)",
 )
 notes: list[str] = []
+fitted = shared.predictor_status(path, holdout) == "current"
 with st.status("Predicting the model as new…", expanded=False) as status:
     try:
         if source == "From the store":
             model = controls[1].selectbox("Model in the store", store_models, key="new_model_pick")
-            result = store_model_report(path, version, model, holdout)
+            if fitted:
+                result = placed_store_report(path, version, model, holdout)
+            else:
+                result = store_model_report(path, version, model, holdout)
         else:
             upload = controls[1].file_uploader(
                 "One model's responses (CSV, Parquet or any format the Data page takes; "
@@ -97,12 +151,20 @@ with st.status("Predicting the model as new…", expanded=False) as status:
                 status.update(label="Upload a file of one model's responses", state="complete")
                 st.stop()
             data = upload.getvalue()
-            result, notes = uploaded_model_report(path, version, upload.name, data, holdout)
+            # a store whose vectors came with its data (no fitted text embedder) cannot
+            # embed an upload's texts alike: those uploads are refitted with everything
+            store = shared.open_store(path)
+            embeddable = all(store.fitted_embedder(k) is not None for k in ("query", "response"))
+            report_of = placed_upload_report if fitted and embeddable else uploaded_model_report
+            result, notes = report_of(path, version, upload.name, data, holdout)
     except (RecordsError, ValueError) as exc:
         status.update(label="Cannot predict this model", state="error", expanded=True)
         shared.alert("error", "The model could not be predicted.", str(exc))
         st.stop()
-    status.update(label=f"Predicted in {result.elapsed:.1f} s (cached)", state="complete")
+    how = "placed by the store's fitted predictor" if fitted else "refitted"
+    status.update(label=f"Predicted in {result.elapsed:.1f} s ({how}; cached)", state="complete")
+if not fitted:
+    offer_fit(path, version, holdout, shared.predictor_status(path, holdout))
 
 for note in notes:
     shared.alert("info", "Note on the upload:", note)
