@@ -180,10 +180,11 @@ def _evaluate(
 def _placed_predictions(masked, targets, holdout, space_params, seed, intervals):
     """The fitted reference predictor's ensemble (:mod:`pkps_core.predictor`): fitted on
     the references (lazily, the targets' profile only) and placing the targets."""
-    if not targets:
+    if targets is None or not len(targets):
         raise ValueError(f"{PLACED!r} predicts new models: the protocol must name targets")
     from pkps_core.predictor import ReferencePredictor
 
+    targets = list(targets)
     references = masked[~masked["model"].isin(targets)]
     predictor = ReferencePredictor(
         holdout=holdout, space_params=dict(space_params or {}) or None, random_state=seed
