@@ -155,3 +155,24 @@ def test_a_profiles_space_from_the_shared_reference_sums_is_a_fresh_fits(cache):
         np.testing.assert_allclose(
             shared.distance_matrix_**2, fresh.distance_matrix_**2, atol=1e-12
         )
+
+
+def test_the_region_checks_space_from_the_profiles_sums_is_a_fresh_fits(cache):
+    import functools
+
+    from pkps_core.predictor.core import Profile, _copies_space
+    from pkps_core.trust.extrapolation import region_distances, region_distances_with
+
+    _, references, _, _ = cache
+    predictor = ReferencePredictor(budgets=(2,), modes=("scored",)).fit(references, lazy=True)
+    profile = Profile(2, True)
+    fresh_context = predictor._profile_context(profile)
+    shared_context = predictor._profile_context(profile)
+    space = predictor._shadow_space("pkps", shared_context)
+    fresh_context.shared[("space", "pkps")] = space
+    shared_context.shared[("space", "pkps")] = space
+    nearest, threshold = region_distances(fresh_context)
+    fit_copies = functools.partial(_copies_space, space, shared_context)
+    nearest_shared, threshold_shared = region_distances_with(shared_context, fit_copies)
+    np.testing.assert_allclose(threshold_shared, threshold, atol=1e-7)
+    np.testing.assert_allclose(nearest_shared, nearest, atol=1e-7)

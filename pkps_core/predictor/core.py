@@ -35,6 +35,7 @@ store (:mod:`pkps_core.store.fits`) without pickle.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -56,7 +57,7 @@ from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
 from pkps_core.space.increments import increment_sums
 from pkps_core.space.knn import cell_matrix
 from pkps_core.trust import trust_columns
-from pkps_core.trust.extrapolation import region_distances
+from pkps_core.trust.extrapolation import region_distances_with
 
 __all__ = ["MODES", "PROFILE_BUDGETS", "PlacedSpace", "Profile", "ReferencePredictor", "profile_of"]
 
@@ -451,7 +452,10 @@ class ReferencePredictor:
                 response_bandwidth_=float(getattr(space, "response_bandwidth_", 1.0)),
             )
         if "region" not in fitted:
-            fitted["region"] = region_distances(context)[1]
+            fit_copies = None
+            if "pkps" in fitted and fitted["pkps"].response_kernel in ("linear", "cosine"):
+                fit_copies = functools.partial(_copies_space, fitted["pkps"], context)
+            fitted["region"] = region_distances_with(context, fit_copies)[1]
         threshold = fitted["region"]
         shared[budget_key] = fitted
         context.item_sd()
@@ -667,6 +671,36 @@ class ReferencePredictor:
                 "profile": calibration.profile.key,
             }
         )[[*OUTPUT_COLUMNS, "profile"]]
+
+
+def _copies_space(space, context: PredictionContext, copies: pd.DataFrame):
+    """The region check's space (:func:`~pkps_core.trust.extrapolation.region_distances`):
+    the profile's references and shadows with the references' budget copies, at the
+    chosen bandwidth, from the profile's sums plus the copies' pairs; its model order and
+    U-statistic D."""
+    best = int(np.argmin(np.abs(space.bandwidth_grid_ - space.query_bandwidth_)))
+    sums = space.kernel_sums_[best]
+    prepared = append_models(context.prepared, copies)
+    index = np.searchsorted(prepared.models, context.models)
+    is_copy = np.ones(len(prepared.models), dtype=bool)
+    is_copy[index] = False
+    features = space._response_features(prepared)
+    pairs = shadow_pair_sums(
+        prepared.layout, features, prepared.query_vectors, [space.query_bandwidth_], is_copy
+    )[0]
+    copied = np.flatnonzero(is_copy)
+    full = []
+    for kept, with_copies in zip((sums.numerator, sums.denominator), pairs, strict=True):
+        matrix = np.zeros((len(prepared.models),) * 2)
+        matrix[np.ix_(index, index)] = kept
+        matrix[:, copied] = with_copies
+        matrix[copied, :] = with_copies.T
+        block = with_copies[copied]
+        matrix[np.ix_(copied, copied)] = 0.5 * (block + block.T)
+        full.append(matrix)
+    self_sums = kernels.self_sums(prepared.layout, features, space.response_kernel)
+    affinity, _ = kernels.affinity_from_sums(kernels.KernelSums(*full, *self_sums), "exclude")
+    return prepared.models, kernels.distance_from_affinity(affinity)[0]
 
 
 def _jsonable(value):

@@ -118,7 +118,18 @@ def region_distances(context: PredictionContext) -> tuple[np.ndarray, np.ndarray
     return context.cached("region", lambda: _region_distances(context))
 
 
-def _region_distances(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
+def region_distances_with(
+    context: PredictionContext, fit_copies
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`region_distances` with the copies' space computed by ``fit_copies(copies)``
+    → ``(models, distances)`` (the augmented space's model order and its U-statistic D),
+    e.g. from kernel sums the caller already holds (the fitted reference predictor)."""
+    return context.cached("region", lambda: _region_distances(context, fit_copies))
+
+
+def _region_distances(
+    context: PredictionContext, fit_copies=None
+) -> tuple[np.ndarray, np.ndarray]:
     references = context.training_references
     if context.space_unavailable("pkps") is not None:  # score-only: no region check
         return np.full(references.shape, np.nan), np.full(len(context.tasks), np.inf)
@@ -130,17 +141,20 @@ def _region_distances(context: PredictionContext) -> tuple[np.ndarray, np.ndarra
         originals = np.arange(len(context.models))
         copy_index = originals
     else:
-        augmented = pd.concat([context.prepared.frame, copies], ignore_index=True)
-        params = {**context.space_params, "query_kernel": "rbf"}
-        params["query_bandwidth"] = space.query_bandwidth_
-        params["self_pairs"] = "exclude"  # the approximation error is checked on these D
-        if space.response_kernel == "rbf":
-            params["response_bandwidth"] = space.response_bandwidth_
-        fit = PerspectiveSpace(**params).fit(prepare_cache(augmented, validated=True))
-        position = {model: k for k, model in enumerate(fit.models_)}
+        if fit_copies is None:
+            augmented = pd.concat([context.prepared.frame, copies], ignore_index=True)
+            params = {**context.space_params, "query_kernel": "rbf"}
+            params["query_bandwidth"] = space.query_bandwidth_
+            params["self_pairs"] = "exclude"  # the approximation error is checked on these D
+            if space.response_kernel == "rbf":
+                params["response_bandwidth"] = space.response_bandwidth_
+            fit = PerspectiveSpace(**params).fit(prepare_cache(augmented, validated=True))
+            models, distances = fit.models_, _u_distances(fit)
+        else:
+            models, distances = fit_copies(copies)
+        position = {model: k for k, model in enumerate(models)}
         originals = np.array([position[model] for model in context.models])
         copy_index = np.array([position.get(name, -1) if name else -1 for name in copy_names])
-        distances = _u_distances(fit)
     nearest = _nearest_reference(
         distances[np.ix_(originals, originals)], references, context.allowed()
     )
