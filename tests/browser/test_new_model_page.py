@@ -124,3 +124,40 @@ def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, start_serv
     assert _metric(session, "Rank among references").endswith(f"of {n_models + 1}")
     assert 0.0 <= float(_metric(session, "Predicted overall")) <= 1.0
     session.assert_clean()
+
+
+@pytest.mark.slow
+def test_an_upload_is_placed_fast_on_a_fitted_alpaca_eval_store(
+    tmp_path, start_server, new_session
+):
+    """The fitted reference predictor's promise in the browser: on the AlpacaEval store
+    with its predictor fitted (`fit`), one model's 4 responses per task (scored) are
+    predicted within seconds of the upload. Prints the time (no timed assertion: the
+    machines are shared; docs/predictor.md has the measured tables)."""
+    import time
+
+    from pkps_core.predictor import stored_predictor
+
+    if not ALPACA.exists():
+        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+    cache = pd.read_parquet(ALPACA)
+    model = sorted(cache["model"].unique())[5]
+    path = tmp_path / "alpaca.duckdb"
+    with Store(path) as db:
+        db.ingest(cache[cache["model"] != model], source="alpaca_eval_40.parquet")
+        stored_predictor(db, holdout="family")
+    own = cache[cache["model"] == model].groupby("task").sample(4, random_state=0)
+    upload = tmp_path / "new_model.csv"
+    kept = ["model", "task", "query_id", "query", "response", "score"]
+    own[kept].assign(model=UPLOADED).to_csv(upload, index=False)
+    session = new_session().open(start_server(path))
+    go_to(session, "New model")
+    started = time.perf_counter()
+    _upload_responses(session, upload)
+    seconds = time.perf_counter() - started
+    print(f"\nNew model page, fitted AlpacaEval store: shown {seconds:.1f} s after the upload")
+    expect(session.main.get_by_text("placed by the store's fitted predictor")).to_be_visible()
+    n_models = cache["model"].nunique()  # 39 references and the upload
+    assert _metric(session, "Rank among references").endswith(f"of {n_models}")
+    assert 0.0 <= float(_metric(session, "Predicted overall")) <= 1.0
+    session.assert_clean()
