@@ -318,7 +318,7 @@ st.caption(
 shared.table(views.all_point_tests(result), hide_index=True)
 st.download_button(
     "Download the long results (CSV)",
-    data=lambda: result.long.to_csv(index=False),
+    data=lambda: views.export_bytes(result.long, "csv"),
     file_name=f"pkps-{run['protocol']}.csv",
     mime="text/csv",
 )

@@ -24,7 +24,7 @@ _LAZY = {
     "build_context": "pkps_core.predict",
     "mean_absolute_error": "pkps_core.predict",
     "RecordsError": "pkps_core.records",
-    "read_records": "pkps_core.records",
+    "read_records": "pkps_core.reading",
     "validate_records": "pkps_core.records",
     "make_synthetic": "pkps_core.synthetic",
     "Store": "pkps_core.store",

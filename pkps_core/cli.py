@@ -17,20 +17,19 @@ import pandas as pd
 from pkps_core.cli_args import _bandwidth, _components, _csv_list, _interval_level, _number_list
 from pkps_core.cli_fit import add_parser as add_fit_parser
 from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_session
-from pkps_core.records import RecordsError, read_records
+from pkps_core.outputs import check_writable, os_error_message, table_format, write_table
+from pkps_core.reading import read_records
+from pkps_core.records import RecordsError
 from pkps_core.report import add_parser as add_report_parser
 from pkps_core.text import terminal_safe, terminal_safe_frame
 
 
-def _write_table(frame: pd.DataFrame, path: str) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.suffix.lower() in (".parquet", ".pq"):
-        frame.to_parquet(target, index=False)
-    elif target.suffix.lower() == ".csv":
-        frame.to_csv(target, index=False)
-    else:
-        raise RecordsError(f"output {path}: unknown file type; use .csv or .parquet")
+def _check_table_outputs(*paths: str | None) -> None:
+    """Refuse an output table that cannot be written, before the work that makes it."""
+    for path in paths:
+        if path:
+            check_writable(path)
+            table_format(path)
 
 
 def _records_for_csv(records: pd.DataFrame) -> pd.DataFrame:
@@ -47,6 +46,7 @@ def _records_for_csv(records: pd.DataFrame) -> pd.DataFrame:
 def cmd_synth(args: argparse.Namespace) -> int:
     from pkps_core.synthetic import make_synthetic
 
+    _check_table_outputs(args.out, args.truth_out)
     cache = make_synthetic(
         n_models=args.models,
         n_tasks=args.tasks,
@@ -59,9 +59,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
     records = cache.records
     if Path(args.out).suffix.lower() == ".csv":
         records = _records_for_csv(records)
-    _write_table(records, args.out)
+    write_table(records, args.out)
     if args.truth_out:
-        _write_table(cache.truth, args.truth_out)
+        write_table(cache.truth, args.truth_out)
     print(
         f"wrote {len(cache.records)} responses of {args.models} models on {args.tasks} tasks "
         f"to {args.out}"
@@ -78,14 +78,17 @@ def _store(path: str, *, read_only: bool):
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from pkps_core.importers import load
+    from pkps_core.importers import check_duplicates_across, load
     from pkps_core.store.families import reapply_families
 
+    check_writable(args.db)  # before the files are read
     loaded = []  # every file is read before the store is touched: one transaction
     for source in args.paths:
         started = time.perf_counter()
         result = load(source, format=args.format)
         loaded.append((source, result, time.perf_counter() - started))
+    # the rule of one folder or one upload: two files with one key are refused
+    check_duplicates_across([(str(source), r.records) for source, r, _ in loaded])
     with _store(args.db, read_only=False) as store:
         started = time.perf_counter()
         items = [(r.records, str(source), r.warnings) for source, r, _ in loaded]
@@ -150,6 +153,7 @@ def _input_records(args: argparse.Namespace, client=None) -> pd.DataFrame:
 def cmd_predict(args: argparse.Namespace) -> int:
     from pkps_core.predict import mean_absolute_error, predict, reference_is_sample
 
+    _check_table_outputs(args.out)
     started = time.perf_counter()
     with engine_session(args) as engine_params:
         records = _input_records(args, engine_params.get("client"))
@@ -163,7 +167,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             intervals=args.interval,
         )
     elapsed = time.perf_counter() - started
-    _write_table(predictions, args.out)
+    write_table(predictions, args.out)
     print(f"wrote {len(predictions)} predictions to {args.out} in {elapsed:.1f} s")
     if args.interval is not None:
         flagged = predictions.groupby("method")["extrapolation"].sum()
@@ -243,8 +247,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise RecordsError(
             f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}"
         )
-    if Path(args.out).suffix.lower() not in (".csv", ".parquet", ".pq"):
-        raise RecordsError(f"output {args.out}: unknown file type; use .csv or .parquet")
+    _check_table_outputs(args.out)
     space_params = {"response_kernel": args.response_kernel}
     if args.query_components is not None:
         space_params["query_components"] = args.query_components
@@ -275,7 +278,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             progress=progress,
         )
     elapsed = time.perf_counter() - started
-    _write_table(result.long, args.out)
+    write_table(result.long, args.out)
     print(f"wrote {len(result.long)} rows to {args.out} in {elapsed:.1f} s")
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         print(f"\nMAE (mean ± SEM over {args.seeds} seeds of the per-seed mean over tasks):")
@@ -448,15 +451,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: str) -> int:
+    print(f"error: {terminal_safe(' '.join(message.split()))}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.run(args)
     except (RecordsError, ValueError) as exc:
-        message = " ".join(str(exc).split())
-        print(f"error: {terminal_safe(message)}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
+    except OSError as exc:
+        return _error(os_error_message(exc, action="use"))
+    except MemoryError:
+        return _error(
+            f"out of memory in `{args.command}`: the input is too large for this machine's "
+            "memory; split it into smaller files or select fewer models or tasks"
+        )
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

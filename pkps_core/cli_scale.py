@@ -87,8 +87,9 @@ def add_export_parser(sub) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from pkps_core.store import Store
     from pkps_core.store.opening import announce_on_stderr
-    from pkps_core.store.parquet import export_parquet
+    from pkps_core.store.parquet import check_export_target, export_parquet
 
+    check_export_target(args.to_parquet)  # before the store is read
     started = time.perf_counter()
     with Store(args.db, read_only=True, create=False, on_wait=announce_on_stderr) as store:
         records = store.records()

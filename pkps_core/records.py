@@ -9,10 +9,8 @@ line 1 of the file, so data row *k* is on file line *k* + 1).
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-import zlib
 from collections.abc import Iterable
 
 import numpy as np
@@ -370,71 +368,3 @@ def cell_table(records: pd.DataFrame) -> pd.DataFrame:
         cells["reference_score"] = np.nan
         cells["reference"] = cells["sample_score"]
     return cells
-
-
-def read_records(path: str) -> pd.DataFrame:
-    """Read a canonical CSV or Parquet file (not yet validated).
-
-    Raises :class:`RecordsError` with a one-line message when the file cannot be read.
-    """
-    import os
-
-    if not os.path.exists(path):
-        raise RecordsError(f"file not found: {path}")
-    lower = path.lower()
-    try:
-        if lower.endswith((".parquet", ".pq")):
-            return pd.read_parquet(path)
-        if lower.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")):
-            sep = "\t" if ".tsv" in lower else ","
-            return _read_delimited(path, sep)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise RecordsError(
-            f"{path} is a truncated or corrupt gzip file ({exc}); re-create or re-download it"
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise RecordsError(
-            f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 and retry"
-        ) from None
-    except pd.errors.EmptyDataError:
-        raise RecordsError(f"{path} is empty; it needs a header row and data rows") from None
-    except pd.errors.ParserError as exc:
-        detail = str(exc).strip().splitlines()[-1]
-        raise RecordsError(f"{path} is not well-formed CSV: {detail}") from None
-    except (OSError, ValueError) as exc:
-        raise RecordsError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
-    raise RecordsError(f"{path}: unknown file type; use .csv, .tsv or .parquet")
-
-
-# pandas' default NA tokens: in a score column they still mean "no score".
-_MISSING_NUMBER = {"na", "n/a", "nan", "-nan", "null", "none", "#n/a", "<na>", "-1.#ind", "1.#qnan"}
-
-
-def _read_delimited(path: str, sep: str) -> pd.DataFrame:
-    """A CSV/TSV with text verbatim: only an empty field is missing.
-
-    Texts such as ``NA``, ``None`` or ``null`` stay texts (pandas' default NA tokens are
-    off). In ``score`` / ``reference_score`` those tokens still mean "no score". An empty
-    ``response`` in a row with a score is the empty answer ``""`` (how pandas writes it),
-    unless the whole column is empty (a score-only cache).
-    """
-    frame = pd.read_csv(
-        path,
-        sep=sep,
-        dtype={c: str for c in TEXT_COLUMNS},
-        keep_default_na=False,
-        na_values=[""],
-    )
-    for column in ("score", "reference_score"):
-        if column in frame.columns and not pd.api.types.is_numeric_dtype(frame[column]):
-            values = frame[column].astype(object)
-            token = values.map(
-                lambda v: isinstance(v, str) and v.strip().lower() in _MISSING_NUMBER
-            )
-            frame[column] = values.where(~token.to_numpy(), None)
-    if "response" in frame.columns and "response_embedding" not in frame.columns:
-        empty = frame["response"].isna()
-        if "score" in frame.columns and not empty.all():
-            scored = pd.to_numeric(frame["score"], errors="coerce").notna()
-            frame["response"] = frame["response"].where(~(empty & scored), "")
-    return frame

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from pkps_core.outputs import check_writable, write_bytes, write_table, write_text
 from pkps_core.text import plotly_safe as plotly_text
 
 if TYPE_CHECKING:  # the report's computation is imported only when a command runs
@@ -288,12 +289,29 @@ def report_text(report: NewModelReport) -> str:
     return "\n".join(lines)
 
 
+def _report_outputs(args: argparse.Namespace) -> list[Path]:
+    """The files ``report`` will write (``--out``, the PNG map beside it), each checked
+    writable; ``--csv`` is checked too."""
+    if args.csv:
+        check_writable(args.csv)
+    if not args.out:
+        return []
+    target = Path(args.out)
+    targets = [target]
+    if target.suffix.lower() == ".png":
+        targets.append(target.with_name(f"{target.stem}-map.png"))
+    for path in targets:
+        check_writable(path)
+    return targets
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from pkps_core.store import Store
     from pkps_core.store.opening import announce_on_stderr
     from pkps_core.views.new_model import new_model_report
     from pkps_core.views.placed_model import placed_model_report
 
+    targets = _report_outputs(args)  # checked before the work
     with Store(args.db, read_only=True, on_wait=announce_on_stderr) as store:
         records = store.records()
         predictor = None if args.refit else _kept_predictor(store, records, args)
@@ -304,26 +322,22 @@ def cmd_report(args: argparse.Namespace) -> int:
             records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
         )
     if args.csv:
-        report.rows().to_csv(args.csv, index=False)
+        write_table(report.rows(), args.csv, "csv")
     if args.out and Path(args.out).suffix.lower() == ".png":
         try:
             pngs = report_pngs(report)
         except PngUnavailable as exc:
             print(f"no PNG written: {exc}", file=sys.stderr)
             return 1
-        target = Path(args.out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        map_target = target.with_name(f"{target.stem}-map.png")
-        target.write_bytes(pngs["tasks"])
-        map_target.write_bytes(pngs["map"])
+        target, map_target = targets
+        write_bytes(target, pngs["tasks"])
+        write_bytes(map_target, pngs["map"])
         print(
             f"wrote the figures of {args.model} to {target} (per task) and {map_target} "
             f"(PKPS map): {headline(report)}"
         )
     elif args.out:
-        target = Path(args.out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(report_html(report), encoding="utf-8")
+        write_text(args.out, report_html(report))
         print(f"wrote the report of {args.model} to {args.out}: {headline(report)}")
     else:
         print(report_text(report))

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from pkps_core.importers import load
+from pkps_core.importers import check_duplicates_across, load
 from pkps_core.records import RecordsError, validate_records
 
 UPLOAD_TYPES = ("csv", "tsv", "parquet", "pq", "json", "jsonl", "gz", "zip")
 MAX_ZIP_BYTES = 2 * 1024**3
-_KEYS = ["model", "task", "query_id"]
 
 
 @dataclass
@@ -120,7 +119,7 @@ def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
                 detail = _scrub(f"{type(exc).__name__}: {exc}", tmp)
                 errors.append(f"{name}: malformed records the importer cannot read ({detail})")
                 continue
-            frames.append(result.records.assign(_file=name))
+            frames.append((name, result.records))
             rows.append(
                 {
                     "file": name,
@@ -134,9 +133,8 @@ def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
             warnings += [f"{name}: {line}" for line in result.warnings]
     if errors:
         raise RecordsError("\n".join(errors))
-    combined = pd.concat(frames, ignore_index=True)
-    _check_cross_file_duplicates(combined)
-    records = validate_records(combined.drop(columns="_file"))
+    check_duplicates_across(frames)
+    records = validate_records(pd.concat([frame for _, frame in frames], ignore_index=True))
     source = ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} more"
     return UploadResult(records, source, pd.DataFrame(rows), skipped, warnings)
 
@@ -146,17 +144,3 @@ def _scrub(message: str, folder: str) -> str:
     for root in {folder, str(Path(folder).resolve())}:
         message = message.replace(root + "/", "").replace(root, "the upload")
     return " ".join(message.split())
-
-
-def _check_cross_file_duplicates(combined: pd.DataFrame) -> None:
-    duplicated = combined.duplicated(_KEYS, keep=False)
-    if not duplicated.any():
-        return
-    first = combined.loc[duplicated, [*_KEYS, "_file"]]
-    key = tuple(first.iloc[0][_KEYS])
-    files = first[(first[_KEYS] == pd.Series(key, index=_KEYS)).all(axis=1)]["_file"].unique()
-    raise RecordsError(
-        f"(model, task, query_id) {key} appears in {' and '.join(files)} "
-        f"({int(duplicated.sum())} rows repeat across files); upload one version of each "
-        "response"
-    )

@@ -4,11 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pkps_core.reading import read_records
 from pkps_core.records import (
     RecordsError,
     cell_table,
     default_family,
-    read_records,
     response_representation,
     validate_records,
 )

@@ -30,7 +30,8 @@ from importer_corpus import (
 
 from pkps_core.importers import _LOADERS, load
 from pkps_core.importers._common import _Log
-from pkps_core.records import RecordsError, read_records, validate_records
+from pkps_core.reading import read_records
+from pkps_core.records import RecordsError, validate_records
 from pkps_core.store import Store
 
 

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from pkps_core.importers import load
-from pkps_core.records import RecordsError, read_records, validate_records
+from pkps_core.reading import read_records
+from pkps_core.records import RecordsError, validate_records
 from pkps_core.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,8 @@ import pytest
 
 from pkps_core.embed import TfidfSvdEmbedder
 from pkps_core.importers import load
-from pkps_core.records import RecordsError, read_records
+from pkps_core.reading import read_records
+from pkps_core.records import RecordsError
 from pkps_core.store import Store, text_hash
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pkps_core.reading import not_utf8, open_bounded, out_of_memory
 from pkps_core.records import RecordsError
 
 
@@ -74,21 +76,32 @@ def _strip_gz(name: str) -> str:
     return name[:-3] if name.lower().endswith(".gz") else name
 
 
+def _read_bytes(path: Path) -> bytes:
+    """A file's bytes, gunzipped, at most :func:`~pkps_core.reading.max_read_bytes`."""
+    try:
+        with open_bounded(path) as handle:
+            return handle.read()
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise RecordsError(f"{path} is a damaged gzip file ({exc}); re-create it") from None
+    except OSError as exc:
+        raise RecordsError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise out_of_memory(path) from None
+
+
 def _read_text(path: Path) -> str:
     """A text file's content, gunzipping when the bytes are gzip."""
-    with open(path, "rb") as handle:
-        raw = handle.read()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise RecordsError(f"{path} is a damaged gzip file ({exc}); re-create it") from None
+    raw = _read_bytes(path)
+    raw = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
     try:
-        return raw.decode("utf-8-sig")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RecordsError(
-            f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 and retry"
-        ) from None
+        raise not_utf8(path, raw, exc) from None
+    except MemoryError:
+        raise out_of_memory(path) from None
+
+
+TOO_DEEP = "JSON nested too deeply to read"
 
 
 def _read_json(path: Path) -> object:
@@ -101,6 +114,13 @@ def _read_json(path: Path) -> object:
         raise RecordsError(
             f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise RecordsError(
+            f"{path}: {TOO_DEEP} (arrays or objects nested thousands deep); no evaluation "
+            "tool writes such a file — re-create it"
+        ) from None
+    except MemoryError:
+        raise out_of_memory(path) from None
 
 
 def _read_jsonl(path: Path, log: _Log) -> Iterator[tuple[int, dict]]:
@@ -116,19 +136,29 @@ def _read_jsonl(path: Path, log: _Log) -> Iterator[tuple[int, dict]]:
         except json.JSONDecodeError as exc:
             log.skip(path, f"not valid JSON ({exc.msg})", f"line {number}")
             continue
+        except RecursionError:
+            log.skip(path, TOO_DEEP, f"line {number}")
+            continue
+        except MemoryError:
+            raise out_of_memory(path) from None
         if not isinstance(item, dict):
             log.skip(path, "line is not a JSON object", f"line {number}")
             continue
         yield number, item
 
 
+FIRST_LINE_BYTES = 64 * 1024**2
+
+
 def _first_jsonl_object(path: Path) -> dict | None:
+    """The first non-empty line's JSON object (read alone, at most 64 MiB), or None."""
     try:
-        for line in _read_text(path).splitlines():
-            if line.strip():
-                item = json.loads(line)
-                return item if isinstance(item, dict) else None
-    except (RecordsError, json.JSONDecodeError):
+        with open_bounded(path) as handle:
+            while line := handle.readline(FIRST_LINE_BYTES):
+                if line.strip():
+                    item = json.loads(line.decode("utf-8-sig"))
+                    return item if isinstance(item, dict) else None
+    except (RecordsError, OSError, EOFError, zlib.error, ValueError, RecursionError):
         return None
     return None
 

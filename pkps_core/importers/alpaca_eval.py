@@ -18,6 +18,7 @@ from pkps_core.importers._common import (
     _find,
     _Log,
     _read_json,
+    _strip_gz,
 )
 from pkps_core.records import RecordsError
 
@@ -25,11 +26,23 @@ ALPACA_ANNOTATOR = "weighted_alpaca_eval_gpt4_turbo"
 
 
 def _alpaca_model_dirs(path: Path) -> list[Path]:
+    """The model folders (each with a ``model_outputs.json``) that ``path`` names."""
     if path.is_file():
+        if _strip_gz(path.name).lower() != "model_outputs.json":
+            raise RecordsError(
+                f"{path} is not an AlpacaEval model_outputs.json; give that file or the "
+                "results/ folder holding it"
+            )
         return [path.parent]
     if _find(path, "model_outputs.json"):
         return [path]
-    return sorted(c for c in path.iterdir() if c.is_dir() and _find(c, "model_outputs.json"))
+    folders = sorted(c for c in path.iterdir() if c.is_dir() and _find(c, "model_outputs.json"))
+    if not folders:
+        raise RecordsError(
+            f"{path} holds no AlpacaEval model_outputs.json (in it or in a model folder "
+            "under it); give an AlpacaEval results/ folder"
+        )
+    return folders
 
 
 def _alpaca_preferences(path: Path, log: _Log) -> dict[tuple[str, str], object]:

@@ -1,6 +1,6 @@
 """Canonical importer: CSV / TSV / Parquet in the canonical schema.
 
-Read with :func:`pkps_core.records.read_records`; the file name's suffix identifies it.
+Read with :func:`pkps_core.reading.read_records`; the file name's suffix identifies it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.importers._common import _Log
-from pkps_core.records import RecordsError, read_records
+from pkps_core.reading import read_records
+from pkps_core.records import RecordsError
 
 _CANONICAL_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
 

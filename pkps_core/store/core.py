@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import duckdb
@@ -35,6 +35,7 @@ from pkps_core.store.opening import (
     check_path,
     connect,
     remove_new_paths,
+    write_failure,
 )
 from pkps_core.store.schema import (
     _CONTENT_COLUMNS,
@@ -225,8 +226,11 @@ class Store:
                     notes = score_range_notes(frame)
                     reports.append(IngestReport(source, added, replaced, unchanged, dropped, notes))
                 cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
+            except BaseException as exc:
+                with suppress(duckdb.Error):  # a failed COMMIT has already rolled back
+                    cur.execute("ROLLBACK")
+                if (refusal := write_failure(exc, self.path)) is not None:
+                    raise refusal from None
                 raise
         return reports
 

@@ -114,6 +114,11 @@ def connect(
             raise StoreError(f"cannot open the store {path}: {_first_line(exc)}") from None
         except duckdb.IOException as exc:
             message = str(exc)
+            if _is_os_failure(exc):
+                raise StoreError(
+                    f"cannot write the store {path}: {_first_line(exc)}; free some disk "
+                    "space and retry"
+                ) from None
             if not _is_lock_error(message):
                 raise StoreError(
                     f"{path} is not a DuckDB store file ({_first_line(exc)}); give a store "
@@ -160,6 +165,26 @@ def remove_new_paths(paths: list[Path]) -> None:
                 leftover.unlink()
         if path.is_dir() and not any(path.iterdir()):
             path.rmdir()
+
+
+def _is_os_failure(exc: duckdb.Error) -> bool:
+    """A DuckDB error that is the machine's (disk full, file-size limit, no memory), not
+    the data's."""
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return True
+    markers = ("Could not write", "No space left", "File too large", "out of memory")
+    return any(marker in str(exc) for marker in markers)
+
+
+def write_failure(exc: BaseException, path: str) -> StoreError | None:
+    """The one-line error for a write the machine refused (disk full, file-size limit, no
+    memory) during an ingest, or None for any other error."""
+    if isinstance(exc, duckdb.Error) and _is_os_failure(exc):
+        return StoreError(
+            f"cannot write the store {path}: {_first_line(exc)}; free some disk space (or "
+            "memory) and retry — nothing was ingested"
+        )
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -7,7 +7,6 @@ scans lazily, one task's files at a time, reading only the columns it asks for.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,38 +14,47 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from pkps_core.outputs import atomic_directory, check_writable
 from pkps_core.records import RecordsError
 
 ROWS_PER_FILE = 1 << 18
 
 
+def check_export_target(directory: str | Path) -> Path:
+    """Refuse, in one line, a ``directory`` that :func:`export_parquet` cannot write: a
+    file, a folder that cannot be written, or a non-empty folder that is not a Parquet
+    dataset (nothing of the user's is deleted)."""
+    target = check_writable(directory, directory=True)
+    if target.exists() and any(target.iterdir()) and not _is_dataset(target):
+        raise RecordsError(
+            f"{target} is a non-empty directory that is not a Parquet dataset; "
+            "give a new or empty directory"
+        )
+    return target
+
+
 def export_parquet(records: pd.DataFrame, directory: str | Path) -> int:
     """Write canonical ``records`` as a dataset partitioned by task; returns the files.
 
-    An existing dataset at ``directory`` is replaced; any other non-empty directory is
-    refused (nothing of the user's is deleted).
+    An existing dataset at ``directory`` is replaced, only once the new one is complete
+    (:func:`~pkps_core.outputs.atomic_directory`); any other non-empty directory is
+    refused (:func:`check_export_target`).
     """
-    target = Path(directory)
-    if target.exists() and any(target.iterdir()):
-        if not _is_dataset(target):
-            raise RecordsError(
-                f"{target} is a non-empty directory that is not a Parquet dataset; "
-                "give a new or empty directory"
-            )
-        shutil.rmtree(target)
-    target.mkdir(parents=True, exist_ok=True)
+    target = check_export_target(directory)
     table = pa.Table.from_pandas(records.reset_index(drop=True), preserve_index=False)
-    ds.write_dataset(
-        table,
-        target,
-        format="parquet",
-        partitioning=["task"],
-        partitioning_flavor="hive",
-        max_rows_per_file=ROWS_PER_FILE,
-        max_rows_per_group=min(ROWS_PER_FILE, 1 << 16),
-        existing_data_behavior="overwrite_or_ignore",
-    )
-    return len(list(target.rglob("*.parquet")))
+    with atomic_directory(target) as partial:
+        ds.write_dataset(
+            table,
+            partial,
+            format="parquet",
+            partitioning=["task"],
+            partitioning_flavor="hive",
+            max_rows_per_file=ROWS_PER_FILE,
+            max_rows_per_group=min(ROWS_PER_FILE, 1 << 16),
+            existing_data_behavior="overwrite_or_ignore",
+        )
+        files = len(list(partial.rglob("*.parquet")))
+    return files
 
 
 def _is_dataset(directory: Path) -> bool:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
+from pkps_core.outputs import table_bytes
 from pkps_core.predict import OUTPUT_COLUMNS
 from pkps_core.trust import reason_words
 
@@ -78,15 +78,9 @@ def per_task_mae(predictions: pd.DataFrame, models: Sequence[str] | None = None)
 
 
 def export_bytes(frame: pd.DataFrame, file_format: str) -> bytes:
-    """A table as CSV or Parquet bytes, written as the CLI writes files (no index)."""
-    buffer = io.BytesIO()
-    if file_format == "csv":
-        frame.to_csv(buffer, index=False)
-    elif file_format == "parquet":
-        frame.to_parquet(buffer, index=False)
-    else:
-        raise ValueError(f"file_format must be 'csv' or 'parquet', got {file_format!r}")
-    return buffer.getvalue()
+    """A table as CSV or Parquet bytes, as the CLI writes files (no index; CSV cells that
+    a spreadsheet would run as formulas neutralised, :func:`pkps_core.outputs.csv_safe`)."""
+    return table_bytes(frame, file_format)
 
 
 def prediction_export(predictions: pd.DataFrame) -> pd.DataFrame:
