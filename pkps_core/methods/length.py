@@ -27,7 +27,6 @@ Needs response text; reads no score of the cell itself.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from pkps_core.methods.context import PredictionContext
 from pkps_core.methods.space_methods import space_predictions
@@ -40,12 +39,10 @@ NO_TEXT = "length: needs response text"
 
 def response_log_lengths(texts: np.ndarray) -> np.ndarray:
     """``log(1 + number of characters)`` per text; NaN where the text is missing."""
-    texts = pd.Series(np.asarray(texts, dtype=object))
-    is_text = texts.map(lambda text: isinstance(text, str), na_action="ignore")
-    is_text = is_text.fillna(False).astype(bool).to_numpy()
-    out = np.full(len(texts), np.nan)
-    out[is_text] = np.log1p(texts[is_text].str.len().to_numpy(dtype=float))
-    return out
+    counts = np.fromiter(
+        (len(text) if isinstance(text, str) else -1 for text in texts), dtype=float
+    )
+    return np.where(counts >= 0, np.log1p(np.maximum(counts, 0.0)), np.nan)
 
 
 def holdout_units(context: PredictionContext) -> np.ndarray:

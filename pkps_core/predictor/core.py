@@ -50,7 +50,13 @@ from pkps_core.methods import METHODS, PredictionContext
 from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
 from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
 from pkps_core.predict import OUTPUT_COLUMNS, TARGET_BANDWIDTH_GRID
-from pkps_core.predictor.placement import PlacedSpace, append_models, nearest_allowed, place
+from pkps_core.predictor.placement import (
+    PlacedSpace,
+    append_models,
+    nearest_allowed,
+    new_model_pairs,
+    place,
+)
 from pkps_core.predictor.shadow_sums import shadow_pair_sums
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
@@ -58,6 +64,7 @@ from pkps_core.space.increments import increment_sums
 from pkps_core.space.knn import cell_matrix
 from pkps_core.trust import trust_columns
 from pkps_core.trust.extrapolation import region_distances_with
+from pkps_core.trust.responses import length_features, mean_log_lengths
 
 __all__ = ["MODES", "PROFILE_BUDGETS", "PlacedSpace", "Profile", "ReferencePredictor", "profile_of"]
 
@@ -593,10 +600,16 @@ class ReferencePredictor:
             rows=is_new,
         )
         context.shared["item_sd"] = base.item_sd()
+        pairs = new_model_pairs(prepared, calibration.spaces, is_new)
         for name, sums in calibration.sums.items():
             context.shared[("space", name)] = place(
-                calibration.spaces[name], sums, prepared, index, is_new, base
+                calibration.spaces[name], sums, prepared, index, is_new, base, pairs.get(name)
             )
+        # the answer-length feature of every fitted model is the calibration's; the new
+        # models' from their own rows (trust.responses.length_features)
+        fitted_lengths = pd.Series(length_features(base), index=base.models)
+        lengths = pd.concat([fitted_lengths, mean_log_lengths(new)])
+        context.shared["length_features"] = lengths.reindex(prepared.models).to_numpy(float)
         return context
 
     def _predict_placed(

@@ -49,6 +49,22 @@ def _features(prepared, response_kernel: str) -> np.ndarray:
     return features
 
 
+def new_model_pairs(prepared, spaces: dict, is_new: np.ndarray) -> dict:
+    """The new models' pair sums with every fitted model in each space whose response
+    kernel factors through the queries (linear, cosine), in one pass over the queries:
+    ``{space name: (numerator, denominator)}``, each (n_models, n_new)."""
+    names = [name for name, space in spaces.items() if space.response_kernel != "rbf"]
+    if not names:
+        return {}
+    queries = prepared.query_vectors
+    bandwidths = [
+        float(spaces[name].query_bandwidth_) if queries is not None else 0.0 for name in names
+    ]
+    features = _features(prepared, "linear")
+    pairs = shadow_pair_sums(prepared.layout, features, queries, bandwidths, is_new, rows=~is_new)
+    return dict(zip(names, pairs, strict=True))
+
+
 def place(
     fitted: PlacedSpace,
     sums: kernels.KernelSums,
@@ -56,20 +72,19 @@ def place(
     index: np.ndarray,
     is_new: np.ndarray,
     base: PredictionContext,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> PlacedSpace:
     """``fitted`` with the new models' rows: their kernel sums against everyone (Eq. 1,
-    only the pairs with their responses), D from the stored sums, MDS out of sample."""
+    only the pairs with their responses; ``pairs`` from :func:`new_model_pairs` where
+    computed), D from the stored sums, MDS out of sample."""
     n = len(prepared.models)
     kernel = fitted.response_kernel
     features = _features(prepared, kernel)
     queries = prepared.query_vectors
     bandwidth = float(fitted.query_bandwidth_) if queries is not None else 0.0
-    if kernel in ("linear", "cosine"):  # unit rows: the sums factor through the queries
+    if pairs is not None:
         numerator, denominator = np.zeros((n, n)), np.zeros((n, n))
         new = np.flatnonzero(is_new)
-        pairs = shadow_pair_sums(
-            prepared.layout, features, queries, [bandwidth], is_new, rows=~is_new
-        )[0]
         for matrix, with_new in zip((numerator, denominator), pairs, strict=True):
             matrix[:, new] = with_new
             matrix[new, :] = with_new.T

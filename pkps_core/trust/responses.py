@@ -41,16 +41,21 @@ def length_features(context: PredictionContext) -> np.ndarray:
     model without any)."""
 
     def compute() -> np.ndarray:
-        records = context.records
-        if "response" not in records.columns:
-            return np.full(len(context.models), np.nan)
-        texts = records["response"]
-        has_text = texts.notna()
-        length = np.log1p(texts[has_text].astype(str).str.len().to_numpy(dtype=float))
-        means = pd.Series(length).groupby(records.loc[has_text, "model"].to_numpy()).mean()
+        means = mean_log_lengths(context.records)
         return means.reindex(context.models).to_numpy(dtype=float)
 
     return context.cached_shared("length_features", compute)
+
+
+def mean_log_lengths(records: pd.DataFrame) -> pd.Series:
+    """Per model (the index), the mean ``log(1 + characters)`` of its response texts
+    (models without any are absent)."""
+    if "response" not in records.columns:
+        return pd.Series(dtype=float)
+    texts = records["response"]
+    has_text = texts.notna()
+    length = np.log1p(texts[has_text].astype(str).str.len().to_numpy(dtype=float))
+    return pd.Series(length).groupby(records.loc[has_text, "model"].to_numpy()).mean()
 
 
 def _beyond_range(features: np.ndarray, allowed: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from scipy.stats import norm
 from pkps_core.methods.length import length_scores
 from pkps_core.methods.stacking import ensemble_weights
 from pkps_core.predict import build_context, predict
-from pkps_core.records import RecordsError, cell_table, validate_records
+from pkps_core.records import RecordsError, validate_records
 from pkps_core.trust import next_cells, reason_words, task_query_counts
 from pkps_core.views.space import nearest_neighbours, similar_query_responses
 
@@ -460,7 +460,7 @@ def _length_summary(context, model: str) -> dict:
 def _reference_standings(context, predictions, queries, model) -> pd.DataFrame:
     """Each reference's query-weighted overall: its references per task, its prediction
     where a task has none (counted in ``filled_tasks``)."""
-    cells = cell_table(context.records)[["model", "task", "reference"]]
+    cells = context.prepared.cells[["model", "task", "reference"]]  # cell_table of the records
     own = predictions[predictions["method"] == METHOD][["model", "task", "prediction"]]
     references = context.models[~np.asarray(context.targets, dtype=bool)]
     grid = pd.MultiIndex.from_product([references, context.tasks], names=["model", "task"])
