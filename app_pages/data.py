@@ -22,7 +22,8 @@ st.title("Data")
 st.header("Upload")
 st.caption(
     "Canonical CSV / TSV / Parquet (see the README for the columns) or files written by "
-    "evaluation tools: Every Eval Ever samples, lm-evaluation-harness samples, Inspect logs; "
+    "evaluation tools: Every Eval Ever samples, lm-evaluation-harness samples, Inspect logs "
+    "(.eval or JSON), lighteval details (details_*.parquet); "
     "a .zip for folder formats (HELM run, AlpacaEval results). Several files are imported "
     "together: if any is invalid, nothing is stored."
 )
@@ -43,6 +44,20 @@ destination = st.radio(
     horizontal=True,
     help="The demo store is synthetic; real data usually goes into its own store.",
 )
+with st.expander("Which score to import"):
+    metric = st.text_input(
+        "HELM / lighteval metric",
+        key="data_metric",
+        help="The per-sample metric that gives the score. Empty: the main metric HELM's "
+        "schema names for the run's group, or lighteval's first metric; the import's notes "
+        "say which was used.",
+    )
+    annotator = st.text_input(
+        "AlpacaEval annotator",
+        key="data_annotator",
+        help="The annotator folder whose preferences give the score. Empty: "
+        "weighted_alpaca_eval_gpt4_turbo when present, else the one there is.",
+    )
 new_path = None
 if destination == "a new store":
     stem = Path(uploads[0].name).name.split(".")[0] if uploads else "uploaded"
@@ -59,7 +74,11 @@ if st.button("Import", type="primary", disabled=not uploads):
             if problem:
                 raise RecordsError(problem)
             st.write("Reading and validating the files…")
-            result = read_uploads([(f.name, f.getvalue()) for f in uploads])
+            result = read_uploads(
+                [(f.name, f.getvalue()) for f in uploads],
+                metric=metric.strip() or None,
+                annotator=annotator.strip() or None,
+            )
             st.write(f"Storing {len(result.records):,} rows in one transaction…")
             store = shared.open_store(target)
             report = store.ingest(result.records, source=result.source, notes=result.warnings)

@@ -85,7 +85,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     loaded = []  # every file is read before the store is touched: one transaction
     for source in args.paths:
         started = time.perf_counter()
-        result = load(source, format=args.format)
+        result = load(source, format=args.format, metric=args.metric, annotator=args.annotator)
         loaded.append((source, result, time.perf_counter() - started))
     # the rule of one folder or one upload: two files with one key are refused
     check_duplicates_across([(str(source), r.records) for source, r, _ in loaded])
@@ -375,8 +375,18 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--db", required=True, help="store file (created if absent)")
     ingest.add_argument(
         "--format",
-        choices=["canonical", "eee", "lm_eval", "helm", "inspect", "alpaca_eval"],
+        choices=["canonical", "eee", "lm_eval", "helm", "inspect", "alpaca_eval", "lighteval"],
         help="skip format detection",
+    )
+    ingest.add_argument(
+        "--metric",
+        help="HELM / lighteval: the per-sample metric that gives the score (default: the main "
+        "metric HELM's schema names for the run's group; lighteval's first metric)",
+    )
+    ingest.add_argument(
+        "--annotator",
+        help="AlpacaEval: the annotator folder whose preferences give the score (default: "
+        "weighted_alpaca_eval_gpt4_turbo when present)",
     )
     ingest.set_defaults(run=cmd_ingest)
 

@@ -112,6 +112,9 @@ def _utf8_error(path: str) -> RecordsError:
     return RecordsError(f"{path} is not UTF-8 text; save it as UTF-8 and retry")
 
 
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
 def read_records(path: str) -> pd.DataFrame:
     """Read a canonical CSV or Parquet file (not yet validated).
 
@@ -120,6 +123,12 @@ def read_records(path: str) -> pd.DataFrame:
     if not os.path.exists(path):
         raise RecordsError(f"file not found: {path}")
     check_regular_file(path)
+    with open(path, "rb") as handle:
+        if handle.read(len(LFS_POINTER)) == LFS_POINTER:
+            raise RecordsError(
+                f"{path} is a Git LFS pointer, not the file it stands for; fetch the file "
+                "(`git lfs pull` in its repository) and retry"
+            )
     lower = path.lower()
     try:
         if lower.endswith((".parquet", ".pq")):

@@ -17,7 +17,7 @@ import pandas as pd
 from pkps_core.importers import check_duplicates_across, load
 from pkps_core.records import RecordsError, validate_records
 
-UPLOAD_TYPES = ("csv", "tsv", "parquet", "pq", "json", "jsonl", "gz", "zip")
+UPLOAD_TYPES = ("csv", "tsv", "parquet", "pq", "json", "jsonl", "eval", "gz", "zip")
 MAX_ZIP_BYTES = 2 * 1024**3
 
 
@@ -70,7 +70,12 @@ def _extract_zip(data: bytes, folder: Path) -> Path:
     return folder
 
 
-def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
+def read_uploads(
+    files: Sequence[tuple[str, bytes]],
+    *,
+    metric: str | None = None,
+    annotator: str | None = None,
+) -> UploadResult:
     """Import uploaded files (canonical CSV/Parquet or any importer format) in memory.
 
     Each file is written to a private temporary folder under its own base name and read
@@ -81,6 +86,9 @@ def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
     Parameters
     ----------
     files : sequence of (name, bytes)
+    metric, annotator : str, optional
+        Passed to :func:`pkps_core.importers.load`: the HELM / lighteval metric and the
+        AlpacaEval annotator that give the score.
 
     Returns
     -------
@@ -105,10 +113,11 @@ def read_uploads(files: Sequence[tuple[str, bytes]]) -> UploadResult:
             unit = Path(tmp) / name
             try:
                 if name.lower().endswith(".zip"):
-                    result = load(_extract_zip(data, Path(tmp) / f"{name}.d"))
+                    folder = _extract_zip(data, Path(tmp) / f"{name}.d")
+                    result = load(folder, metric=metric, annotator=annotator)
                 else:
                     unit.write_bytes(data)
-                    result = load(unit)
+                    result = load(unit, metric=metric, annotator=annotator)
             except (RecordsError, zipfile.BadZipFile) as exc:
                 message = _scrub(str(exc), tmp)
                 errors.append(message if message.startswith(f"{name}: ") else f"{name}: {message}")

@@ -193,7 +193,8 @@ def test_alpaca_eval_results_match_parquet_exactly():
 def test_whole_formats_folder_imports_everything():
     folder = need(FORMATS_DIR)
     result = load(folder)
-    assert result.formats == {"eee": 26, "lm_eval": 10, "helm": 10, "inspect": 5}
+    # helm: helm_run (10) and helm_generation (5); inspect: 5 JSON-log and 11 .eval rows
+    assert result.formats == {"eee": 26, "lm_eval": 10, "helm": 15, "inspect": 16}
     assert result.skipped == []  # schemas and sidecars are recognised, not skipped
 
 

@@ -5,9 +5,11 @@ explicit ``format=``) and returns an :class:`ImportResult`: validated canonical 
 what was skipped and why, and warnings. :data:`FORMATS` names the formats, one module each:
 ``canonical`` (CSV / TSV / Parquet), ``eee`` (Every Eval Ever), ``lm_eval``
 (lm-evaluation-harness), ``helm`` (HELM run folders), ``inspect`` (Inspect AI logs, module
-``inspect_logs``) and ``alpaca_eval`` (AlpacaEval ``results/``). Any of these files may be
-gzipped (``.gz``); a folder that is none of the folder formats is searched recursively and
-every recognised file in it is imported.
+``inspect_logs``: ``.eval`` and JSON logs), ``alpaca_eval`` (AlpacaEval ``results/``) and
+``lighteval`` (lighteval's ``details_*.parquet``). Any of these files may be gzipped
+(``.gz``); a folder that is none of the folder formats is searched recursively and every
+recognised file in it is imported; a file in it that cannot be read is named in a note
+and the others are imported (a file named alone that cannot be read is an error).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pkps_core.importers.canonical import _CANONICAL_SUFFIXES, _load_canonical
 from pkps_core.importers.eee import _load_eee
 from pkps_core.importers.helm import _load_helm
 from pkps_core.importers.inspect_logs import _load_inspect
+from pkps_core.importers.lighteval import _load_lighteval, is_details_file
 from pkps_core.importers.lm_eval import _LM_EVAL_SAMPLES, _load_lm_eval
 from pkps_core.reading import check_regular_file, out_of_memory
 from pkps_core.records import RecordsError, validate_records
@@ -46,7 +49,7 @@ __all__ = [
     "load",
 ]
 
-FORMATS = ("canonical", "eee", "lm_eval", "helm", "inspect", "alpaca_eval")
+FORMATS = ("canonical", "eee", "lm_eval", "helm", "inspect", "alpaca_eval", "lighteval")
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -74,6 +77,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             return "alpaca_eval"
         return "folder"
     name = _strip_gz(target.name).lower()
+    if is_details_file(target):
+        return "lighteval"
     if name.endswith(_CANONICAL_SUFFIXES):
         return "canonical"
     if name == "model_outputs.json":
@@ -88,6 +93,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             return "lm_eval"
         if name.endswith("_samples.jsonl"):
             return "eee"
+    if name.endswith(".eval"):
+        return "inspect"  # Inspect's default log format, a zip archive
     if name.endswith(".json"):
         try:
             document = _read_json(target)
@@ -95,8 +102,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
             if TOO_DEEP in str(exc):
                 raise
             document = None
-        if isinstance(document, dict) and "eval" in document and "samples" in document:
-            return "inspect"
+        header = document.get("eval") if isinstance(document, dict) else None
+        if isinstance(header, dict) and ("samples" in document or "task" in header):
+            return "inspect"  # a log without samples is named as such by the importer
     raise RecordsError(
         f"cannot tell the format of {target}; pass format= one of {', '.join(FORMATS)} "
         "(a canonical file must end in .csv, .tsv or .parquet)"
@@ -110,6 +118,7 @@ _LOADERS: dict[str, Callable[[Path, _Log], pd.DataFrame]] = {
     "helm": _load_helm,
     "inspect": _load_inspect,
     "alpaca_eval": _load_alpaca_eval,
+    "lighteval": _load_lighteval,
 }
 
 
@@ -175,11 +184,13 @@ def _folder_units(folder: Path, log: _Log, forced: str | None = None) -> Iterabl
                 log.skip(child, "not a recognised evaluation file")
 
 
-def _read_unit(kind: str, path: Path, log: _Log, forced: bool) -> pd.DataFrame:
+def _read_unit(
+    kind: str, path: Path, log: _Log, forced: bool, options: dict[str, dict]
+) -> pd.DataFrame:
     """One unit through its importer; a file that does not have the shape the importer
     expects (most often a ``format=`` that is not the file's) is one line."""
     try:
-        return _LOADERS[kind](path, log)
+        return _LOADERS[kind](path, log, **options.get(kind, {}))
     except RecordsError:
         raise
     except RecursionError:
@@ -229,7 +240,13 @@ def check_duplicates_across(named: Sequence[tuple[str, pd.DataFrame]]) -> None:
     )
 
 
-def load(path_or_dir: str | os.PathLike[str], format: str | None = None) -> ImportResult:
+def load(
+    path_or_dir: str | os.PathLike[str],
+    format: str | None = None,
+    *,
+    metric: str | None = None,
+    annotator: str | None = None,
+) -> ImportResult:
     """Import a file or folder written by an evaluation tool into canonical records.
 
     Parameters
@@ -239,6 +256,12 @@ def load(path_or_dir: str | os.PathLike[str], format: str | None = None) -> Impo
         (every recognised file under it is imported).
     format : str, optional
         One of :data:`FORMATS` to skip detection (e.g. a file with an unusual name).
+    metric : str, optional
+        HELM and lighteval: the per-sample metric that gives the score (default: the
+        main metric HELM's schema names for the run's group; lighteval's first metric).
+    annotator : str, optional
+        AlpacaEval: the annotator folder whose preferences give the score (default:
+        ``weighted_alpaca_eval_gpt4_turbo`` when present).
 
     Returns
     -------
@@ -267,9 +290,22 @@ def load(path_or_dir: str | os.PathLike[str], format: str | None = None) -> Impo
     else:
         check_regular_file(path)
         units = [(format or detect_format(path), path)]
+    options = {
+        "helm": {"metric": metric},
+        "lighteval": {"metric": metric},
+        "alpaca_eval": {"annotator": annotator},
+    }
     named, counts = [], Counter()
     for unit_kind, unit_path in units:
-        frame = _read_unit(unit_kind, unit_path, log, forced=format is not None)
+        try:
+            frame = _read_unit(unit_kind, unit_path, log, format is not None, options)
+        except RecordsError as exc:
+            if unit_path == path:
+                raise  # the file or folder the user named: its error is the command's
+            # one bad file of a folder: the others are imported, and it is named
+            reason = str(exc).removeprefix(str(unit_path)).lstrip(":; ")
+            log.skip(unit_path, f"not imported: {' '.join(reason.split())}")
+            continue
         if not frame.empty:
             named.append((_unit_name(unit_path, path), frame))
             counts[unit_kind] += len(frame)

@@ -1,7 +1,9 @@
 """AlpacaEval importer: ``results/<model>/model_outputs.json`` and its annotations.
 
-Preferences come from ``<model>/weighted_alpaca_eval_gpt4_turbo/annotations.json``;
-score = preference − 1.
+Preferences come from ``<model>/<annotator>/annotations.json``: the annotator the user
+names (``annotator=``, ``ingest --annotator``), else AlpacaEval's default
+(:data:`ALPACA_ANNOTATOR`) when present, else the only (or first) annotator folder, named
+in a note; score = preference − 1.
 """
 
 from __future__ import annotations
@@ -65,14 +67,39 @@ def _alpaca_preferences(path: Path, log: _Log) -> dict[tuple[str, str], object]:
     return preferences
 
 
-def _load_alpaca_model(folder: Path, log: _Log) -> pd.DataFrame:
+def _annotations(folder: Path, log: _Log, annotator: str | None) -> Path | None:
+    """The annotations file whose preferences score the model in ``folder``."""
+    present = sorted(
+        c.name for c in folder.iterdir() if c.is_dir() and _find(c, "annotations.json")
+    )
+    if annotator is not None:
+        if annotator not in present:
+            raise RecordsError(
+                f"{folder}: no annotations by {annotator!r}; the annotators here are "
+                f"{', '.join(present) or 'none'}"
+            )
+        chosen = annotator
+    elif not present:
+        log.warn(f"{folder.name}: no <annotator>/annotations.json; scores left empty")
+        return None
+    elif ALPACA_ANNOTATOR in present:
+        chosen = ALPACA_ANNOTATOR
+    else:
+        chosen = present[0]
+    others = [a for a in present if a != chosen]
+    if others or chosen != ALPACA_ANNOTATOR:
+        also = f"; also present: {', '.join(others)}" if others else ""
+        log.warn(f"{folder.name}: scores from annotator {chosen!r}{also} (choose with --annotator)")
+    return _find(folder / chosen, "annotations.json")
+
+
+def _load_alpaca_model(folder: Path, log: _Log, annotator: str | None) -> pd.DataFrame:
     outputs_path = _find(folder, "model_outputs.json")
     outputs = _read_json(outputs_path)
     if not isinstance(outputs, list):
         raise RecordsError(f"{outputs_path} should be a JSON list of outputs")
-    annotations_path = _find(folder / ALPACA_ANNOTATOR, "annotations.json")
+    annotations_path = _annotations(folder, log, annotator)
     if annotations_path is None:
-        log.warn(f"{folder.name}: no {ALPACA_ANNOTATOR}/annotations.json; scores left empty")
         preferences = {}
     else:
         preferences = _alpaca_preferences(annotations_path, log)
@@ -104,6 +131,6 @@ def _load_alpaca_model(folder: Path, log: _Log) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _load_alpaca_eval(path: Path, log: _Log) -> pd.DataFrame:
-    frames = [_load_alpaca_model(folder, log) for folder in _alpaca_model_dirs(path)]
+def _load_alpaca_eval(path: Path, log: _Log, annotator: str | None = None) -> pd.DataFrame:
+    frames = [_load_alpaca_model(f, log, annotator) for f in _alpaca_model_dirs(path)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

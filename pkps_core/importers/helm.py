@@ -1,7 +1,10 @@
 """HELM importer: a run folder with ``scenario_state.json`` and ``per_instance_stats.json``.
 
-``run_spec.json``, when present, gives the task name and the main metric; only the first
-train trial of unperturbed instances is kept.
+``run_spec.json``, when present, gives the task name and the run's groups; only the first
+train trial of unperturbed instances is kept. The score is, in this order: the metric the
+user names (``metric=``, ``ingest --metric``); the main metric HELM's schema declares for
+the run's group (:data:`HELM_MAIN_METRICS`); the first of the run spec's metric names
+that the stats hold. A note says which and why.
 """
 
 from __future__ import annotations
@@ -39,15 +42,81 @@ def _helm_stat_name(stat: object) -> str | None:
     return _as_text(name.get("name"))
 
 
-def _helm_metric(run_spec: object, stats: list) -> str | None:
+# Main metric per HELM run group, as HELM's own leaderboard scores it: the groups'
+# ``environment.main_name`` in HELM's schema, src/helm/benchmark/static/schema_classic.yaml
+# (stanford-crfm/helm, commit 0b27cec9). Only per-instance metrics in [0, 1], higher is
+# better, are listed (not bits_per_byte, absolute_value_difference, population-level F1).
+HELM_MAIN_METRICS = {
+    "babi_qa": "quasi_exact_match",
+    "billsum_legal_summarization": "rouge_2",
+    "blimp": "exact_match",
+    "boolq": "quasi_exact_match",
+    "code_humaneval": "pass",
+    "dyck_language": "exact_match_indicator",
+    "entity_data_imputation": "quasi_exact_match",
+    "entity_matching": "quasi_exact_match",
+    "eurlexsum_legal_summarization": "rouge_2",
+    "gsm": "exact_match_indicator",
+    "hellaswag": "exact_match",
+    "imdb": "quasi_exact_match",
+    "legal_support": "quasi_exact_match",
+    "legalbench": "quasi_exact_match",
+    "lsat_qa": "quasi_exact_match",
+    "math_chain_of_thought": "math_equiv_chain_of_thought",
+    "math_regular": "math_equiv",
+    "med_qa": "quasi_exact_match",
+    "mmlu": "exact_match",
+    "msmarco_regular": "RR@10",
+    "msmarco_trec": "NDCG@10",
+    "multilexsum_legal_summarization": "rouge_2",
+    "narrative_qa": "f1_score",
+    "natural_qa_closedbook": "f1_score",
+    "natural_qa_openbook_longans": "f1_score",
+    "openbookqa": "exact_match",
+    "quac": "f1_score",
+    "raft": "quasi_exact_match",
+    "summarization_cnndm": "rouge_2",
+    "summarization_xsum": "rouge_2",
+    "synthetic_reasoning": "quasi_exact_match",
+    "synthetic_reasoning_natural": "f1_set_match",
+    "truthful_qa": "exact_match",
+    "wikifact": "quasi_exact_match",
+    "wmt_14": "bleu_4",
+}
+
+
+def _helm_metric(
+    run_spec: object, stats: list, folder: Path, chosen: str | None
+) -> tuple[str | None, str]:
+    """The metric that scores the run, and why (for the note).
+
+    Raises
+    ------
+    RecordsError
+        ``chosen`` names a metric the run's stats do not hold.
+    """
     available = {
         _helm_stat_name(stat) for entry in stats for stat in _as_list(_get(entry, "stats"))
-    }
+    } - {None}
+    if chosen is not None:
+        if chosen not in available:
+            raise RecordsError(
+                f"{folder}: the run has no metric {chosen!r}; choose one of "
+                f"{', '.join(sorted(available)) or 'none (no unperturbed stats)'}"
+            )
+        return chosen, "chosen with --metric"
+    groups = [g for g in _as_list(_get(run_spec, "groups")) if isinstance(g, str)]
+    scenario = (_as_text(_get(run_spec, "name")) or "").partition(":")[0]
+    for group in [*groups, scenario]:
+        main = HELM_MAIN_METRICS.get(group)
+        if main in available:
+            return main, f"HELM's main metric for {group}"
     preferred: list[str] = []
     for spec in _as_list(_get(run_spec, "metric_specs")):
         preferred += [n for n in _as_list(_get(spec, "args", "names")) if isinstance(n, str)]
     preferred += ["exact_match", "quasi_exact_match", "f1_score", "rouge_l", "bleu_4"]
-    return next((m for m in preferred if m in available), None)
+    metric = next((m for m in preferred if m in available), None)
+    return metric, "the run spec's first metric (no main metric known for its group)"
 
 
 def _helm_query(request_state: dict) -> str | None:
@@ -94,7 +163,7 @@ def _helm_completion(request_state: dict) -> str | None:
     return _as_text(_get(completions[0], "text")) if completions else None
 
 
-def _load_helm(path: Path, log: _Log) -> pd.DataFrame:
+def _load_helm(path: Path, log: _Log, metric: str | None = None) -> pd.DataFrame:
     folder = path if path.is_dir() else path.parent
     state_path = _find(folder, "scenario_state.json")
     stats_path = _find(folder, "per_instance_stats.json")
@@ -111,11 +180,12 @@ def _load_helm(path: Path, log: _Log) -> pd.DataFrame:
     spec_path = _find(folder, "run_spec.json")
     run_spec = _read_json(spec_path) if spec_path else {}
     task = _helm_task(_as_text(_get(run_spec, "name")) or folder.name)
-    metric = _helm_metric(run_spec, stats)
+    metric, why = _helm_metric(run_spec, stats, folder, metric)
     if metric is None:
         log.warn(f"{folder.name}: no known main metric in per_instance_stats.json; scores NaN")
     else:
-        log.warn(f"{folder.name}: score = HELM metric {metric!r}")
+        other = "" if why.startswith("chosen") else "; another with --metric NAME"
+        log.warn(f"{folder.name}: score = HELM metric {metric!r} ({why}{other})")
     scores = _helm_scores(stats, metric, stats_path, log)
     model = _as_id(_get(state, "adapter_spec", "model"))
     rows = []

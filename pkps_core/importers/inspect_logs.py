@@ -1,11 +1,19 @@
-"""Inspect AI importer: JSON logs (``inspect eval --log-format json``).
+"""Inspect AI importer: ``.eval`` logs (Inspect's default) and JSON logs
+(``inspect eval --log-format json``).
 
-Named ``inspect_logs`` so that it does not shadow the standard library's ``inspect``. The
-first scorer gives the score; Inspect's letter values map as its ``value_to_float`` does.
+An ``.eval`` log is a zip archive: ``header.json`` (or, for a run that did not finish,
+``_journal/start.json``) holds the ``eval`` header, and ``samples/<id>_epoch_<n>.json``
+one sample each, the same sample objects a JSON log lists under ``samples``; both map
+alike. Named ``inspect_logs`` so that it does not shadow the standard library's
+``inspect``. The first scorer gives the score; Inspect's letter values map as its
+``value_to_float`` does.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +28,7 @@ from pkps_core.importers._common import (
     _Log,
     _read_json,
 )
+from pkps_core.reading import max_read_bytes, too_large
 from pkps_core.records import RecordsError
 
 # Inspect's value_to_float: C(orrect) / I(ncorrect) / P(artial) / N(o answer).
@@ -68,10 +77,69 @@ def _inspect_response(sample: dict) -> str | None:
     return response if response is not None else _as_text(_get(sample, "output", "completion"))
 
 
+_SAMPLE_ENTRY = re.compile(r"^samples/(?P<id>.+)_epoch_(?P<epoch>\d+)\.json$")
+
+
+def _eval_json(archive: zipfile.ZipFile, name: str, path: Path) -> object:
+    try:
+        return json.loads(archive.read(name).decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        detail = "JSON nested too deeply to read" if isinstance(exc, RecursionError) else exc
+        raise RecordsError(f"{path}: {name} in the log is not readable JSON ({detail})") from None
+
+
+def read_eval_log(path: Path) -> dict:
+    """An Inspect ``.eval`` log as the document a JSON log holds: ``status``, ``eval``
+    and ``samples`` (sorted by epoch, then id), from the archive's ``header.json``, or
+    ``_journal/start.json`` for a run that did not finish, and ``samples/*.json``."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise RecordsError(
+            f"{path} is not a readable Inspect .eval log (a zip archive): {exc}; re-create it, "
+            "or convert it with `inspect log convert --to json`"
+        ) from None
+    with archive:
+        names = set(archive.namelist())
+        limit = max_read_bytes()
+        if sum(info.file_size for info in archive.infolist()) > limit:
+            raise too_large(path, limit)
+        if "header.json" in names:
+            document = _eval_json(archive, "header.json", path)
+        elif "_journal/start.json" in names:
+            document = _eval_json(archive, "_journal/start.json", path)
+            if isinstance(document, dict):
+                document.setdefault("status", "started")
+        else:
+            raise RecordsError(
+                f"{path} is a zip archive without Inspect's header.json or "
+                "_journal/start.json; is it an Inspect .eval log?"
+            )
+        if not isinstance(document, dict):
+            raise RecordsError(f"{path}: the log's header is not a JSON object")
+        entries = []
+        for name in names:
+            match = _SAMPLE_ENTRY.match(name)
+            if match:
+                entries.append((int(match.group("epoch")), match.group("id"), name))
+        document["samples"] = [
+            _eval_json(archive, name, path) for *_, name in sorted(entries, key=_entry_order)
+        ]
+    return document
+
+
+def _entry_order(entry: tuple[int, str, str]) -> tuple:
+    epoch, sample_id, _ = entry
+    return (epoch, 0, int(sample_id), "") if sample_id.isdigit() else (epoch, 1, 0, sample_id)
+
+
 def _load_inspect(path: Path, log: _Log) -> pd.DataFrame:
-    document = _read_json(path)
+    if path.suffix.lower() == ".eval":
+        document, kind = read_eval_log(path), "Inspect .eval log"
+    else:
+        document, kind = _read_json(path), "Inspect JSON log"
     if not isinstance(document, dict) or not isinstance(document.get("eval"), dict):
-        raise RecordsError(f"{path} is not an Inspect JSON log (no 'eval' header)")
+        raise RecordsError(f"{path} is not an {kind} (no 'eval' header)")
     header = document["eval"]
     if document.get("status") not in (None, "success"):
         log.warn(f"{path.name}: log status is {document.get('status')!r}, not 'success'")
@@ -88,7 +156,11 @@ def _load_inspect(path: Path, log: _Log) -> pd.DataFrame:
     if samples is not None and not isinstance(samples, list):
         raise RecordsError(f"{path}: 'samples' should be a JSON list")
     if not samples:
-        log.skip(path, "log has no samples (run with log_samples=True)")
+        raise RecordsError(
+            f"{path} is an Inspect log with no samples (the run was logged without them); "
+            "run the eval again with samples kept (the default; not --no-log-samples or "
+            "log_samples=False) to import its responses"
+        )
     rows = []
     for index, sample in enumerate(samples or []):
         if not isinstance(sample, dict):
@@ -126,5 +198,11 @@ def _load_inspect(path: Path, log: _Log) -> pd.DataFrame:
                 "response": response,
                 "score": np.nan if score is None else score,
             }
+        )
+    unscored = sum(row["score"] != row["score"] for row in rows)  # NaN
+    if unscored:
+        log.warn(
+            f"{path.name}: {unscored} row(s) without a score (the log has no scorer results "
+            "for them)"
         )
     return pd.DataFrame(rows)
