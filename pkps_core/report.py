@@ -306,6 +306,7 @@ def _report_outputs(args: argparse.Namespace) -> list[Path]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from pkps_core.records import RecordsError
     from pkps_core.store import Store
     from pkps_core.store.opening import announce_on_stderr
     from pkps_core.views.new_model import new_model_report
@@ -314,8 +315,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     targets = _report_outputs(args)  # checked before the work
     with Store(args.db, read_only=True, on_wait=announce_on_stderr) as store:
         records = store.records()
+        if args.model not in set(records["model"].astype(str)):
+            raise RecordsError(f"unknown model {args.model!r}; it is not in the records")
         predictor = None if args.refit else _kept_predictor(store, records, args)
-    if predictor is not None and args.model in set(records["model"].astype(str)):
+    if predictor is not None:
         report = placed_model_report(predictor, records[records["model"] == args.model])
     else:
         report = new_model_report(
