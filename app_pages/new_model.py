@@ -12,9 +12,11 @@ from pkps_core.views.new_model import (
     NewModelReport,
     length_sentence,
     new_model_report,
+    upload_as_new,
     upload_target,
 )
-from pkps_core.views.placed_model import embed_like_store, placed_model_report, upload_as_new
+from pkps_core.views.placed_model import embed_like_store, placed_model_report
+from pkps_core.views.predictions import export_bytes
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -266,7 +268,7 @@ with export:
     buttons = st.columns(2)
     buttons[0].download_button(
         "Report rows (CSV)",
-        result.rows().to_csv(index=False).encode(),
+        export_bytes(result.rows(), "csv"),  # formula-like cells neutralised
         file_name="new_model_report.csv",
         mime="text/csv",
         key="new_model_csv",

@@ -14,7 +14,7 @@ import pandas as pd
 
 from pkps_core.methods import HOLDOUTS, METHODS, MethodResult, PredictionContext
 from pkps_core.methods.context import NEIGHBOURS
-from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
+from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records, with_shadows_added
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import prepare_cache
 from pkps_core.space.estimator import BANDWIDTH_GRID
@@ -131,14 +131,7 @@ def _with_shadows(frame, prepared, targets, repeats, seed):
     )
     if rows is None:
         return frame, prepared, targets, None
-    augmented = prepare_cache(pd.concat([prepared.frame, rows], ignore_index=True), validated=True)
-    records = pd.concat([frame, rows[list(frame.columns)]], ignore_index=True)
-    position = {model: i for i, model in enumerate(augmented.models)}
-    origin = np.full(len(augmented.models), -1)
-    for shadow, model in origin_of.items():
-        # a reference that shares no task with the target it mirrors has no rows: no shadow
-        if shadow in position:
-            origin[position[shadow]] = position[model]
+    records, augmented, origin = with_shadows_added(frame, prepared, rows, origin_of)
     real_targets = set(models[targets])
     mask = np.array([m in real_targets for m in augmented.models]) | (origin >= 0)
     return records, augmented, mask, origin

@@ -98,3 +98,26 @@ def shadow_records(
         parts.append(rows)
     rows = pd.concat(parts, ignore_index=True)
     return (rows if len(rows) else None), origin
+
+
+def with_shadows_added(frame: pd.DataFrame, prepared, rows: pd.DataFrame, origin_of: dict):
+    """The records and the prepared cache with the shadows' ``rows`` added, and each
+    model's original (-1: not a shadow). A shadow without rows (its reference shares no
+    task with the target it mirrors) is no model of the result.
+
+    Returns
+    -------
+    records : DataFrame
+    augmented : PreparedCache
+    origin : ndarray of int (n_models,)
+    """
+    from pkps_core.space import prepare_cache
+
+    augmented = prepare_cache(pd.concat([prepared.frame, rows], ignore_index=True), validated=True)
+    records = pd.concat([frame, rows[list(frame.columns)]], ignore_index=True)
+    position = {model: i for i, model in enumerate(augmented.models)}
+    origin = np.full(len(augmented.models), -1)
+    for shadow, model in origin_of.items():
+        if shadow in position:
+            origin[position[shadow]] = position[model]
+    return records, augmented, origin

@@ -47,7 +47,7 @@ from sklearn.base import clone
 
 from pkps_core.embed import default_embedder, transform_texts
 from pkps_core.methods import METHODS, PredictionContext
-from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records
+from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records, with_shadows_added
 from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
 from pkps_core.predict import OUTPUT_COLUMNS, TARGET_BANDWIDTH_GRID
 from pkps_core.predictor.placement import (
@@ -333,16 +333,9 @@ class ReferencePredictor:
         )
         if rows is None:
             raise RecordsError("no reference model has a reference score to calibrate on")
-        frame = self.reference_frame_
-        augmented = prepare_cache(
-            pd.concat([prepared.frame, rows], ignore_index=True), validated=True
+        records, augmented, origin = with_shadows_added(
+            self.reference_frame_, prepared, rows, origin_of
         )
-        records = pd.concat([frame, rows[list(frame.columns)]], ignore_index=True)
-        position = {model: i for i, model in enumerate(augmented.models)}
-        origin = np.full(len(augmented.models), -1)
-        for shadow, model in origin_of.items():
-            if shadow in position:
-                origin[position[shadow]] = position[model]
         shadows = origin >= 0
         return PredictionContext(
             records=records,

@@ -218,6 +218,30 @@ def _embedded_like_the_store(uploaded: pd.DataFrame, embedders: dict) -> pd.Data
     return out
 
 
+def upload_as_new(uploaded: pd.DataFrame, store_models) -> tuple[pd.DataFrame, str, list[str]]:
+    """An uploaded file's records as one new model for the fitted predictor: exactly one
+    model (else :class:`RecordsError`), renamed `` (uploaded)`` when the store already
+    holds a model of that name (the store's is not the upload). Returns the records, the
+    model's name and notes for the page."""
+    models = sorted(uploaded["model"].astype(str).unique())
+    if len(models) != 1:
+        shown = ", ".join(repr(m) for m in models[:5])
+        raise RecordsError(
+            f"the upload holds {len(models)} models ({shown}); upload one model's responses, "
+            "or add the others to the store on the Data page"
+        )
+    model, notes = models[0], []
+    existing = set(map(str, store_models))
+    if model in existing:
+        name = f"{model} (uploaded)"
+        while name in existing:
+            name += "'"
+        notes.append(f"the store already holds {model!r}; the upload is predicted as {name!r}")
+        uploaded = uploaded.assign(model=name)
+        model = name
+    return uploaded, model, notes
+
+
 def upload_target(
     uploaded: pd.DataFrame,
     store_records: pd.DataFrame,
@@ -253,23 +277,7 @@ def upload_target(
     RecordsError
         The upload holds no model or more than one.
     """
-    models = sorted(uploaded["model"].astype(str).unique())
-    if len(models) != 1:
-        shown = ", ".join(repr(m) for m in models[:5])
-        raise RecordsError(
-            f"the upload holds {len(models)} models ({shown}); upload one model's responses, "
-            "or add the others to the store on the Data page"
-        )
-    model, notes = models[0], []
-    uploaded = uploaded.copy()
-    existing = set(store_records["model"].astype(str))
-    if model in existing:
-        name = f"{model} (uploaded)"
-        while name in existing:
-            name += "'"
-        uploaded["model"] = name
-        notes.append(f"the store already holds {model!r}; the upload is predicted as {name!r}")
-        model = name
+    uploaded, model, notes = upload_as_new(uploaded, store_records["model"].unique())
     if embedders and all(c in store_records for c in EMBEDDING_COLUMNS):
         uploaded = _embedded_like_the_store(uploaded, embedders)
     combined = pd.concat([store_records, uploaded], ignore_index=True)
