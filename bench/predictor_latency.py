@@ -20,6 +20,7 @@ of responses-only new models (10 held-out models × 17 draws of 4 responses per 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -94,8 +95,8 @@ def main() -> None:
         _, seconds = _timed(store.ingest, references, source="alpaca")
         store_records, read_seconds = _timed(store.records)
         embedders = {k: store.fitted_embedder(k) for k in ("query", "response")}
-    record("AlpacaEval: ingest 35 references + embed", seconds)
-    record("AlpacaEval: read the store's records (warm file cache)", read_seconds)
+    record("AlpacaEval: ingest 35 references", seconds)
+    record("AlpacaEval: first read of the store's records (embeds every text once)", read_seconds)
     first = uploads[uploads["model"] == new_models[0]]
     embedded, embed_seconds = _timed(_embedded_like_the_store, first, embedders)
     combined = pd.concat([store_records, embedded], ignore_index=True)
@@ -202,10 +203,13 @@ def main() -> None:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
+        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+        threads = os.environ.get("OPENBLAS_NUM_THREADS", "default")
         header = (
             "# The fitted reference predictor: latency\n\n"
             "Regenerate with `PYTHONPATH=. .venv/bin/python bench/predictor_latency.py "
-            f"--out docs/predictor-latency.md` (commit {commit}, 2-core machine).\n\n"
+            f"--out docs/predictor-latency.md` (commit {commit}, {os.cpu_count()} cores, "
+            f"load average {load} at the end, OPENBLAS_NUM_THREADS={threads}).\n\n"
         )
         Path(args.out).write_text(header + text + "\n", encoding="utf-8")
 
