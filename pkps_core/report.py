@@ -348,16 +348,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _kept_predictor(store, records, args):
-    """The store's fitted reference predictor (``fit``), or None with a note on stderr when
-    it has none for these settings or its references changed since."""
+    """The store's fitted reference predictor (``fit``), or None when it has none for these
+    settings or its references changed since (the report then refits, as without one: a
+    stale fit is never read; stderr stays for errors)."""
     from pkps_core.predictor import StaleFit, stored_predictor
 
     try:
         return stored_predictor(
             store, fit="never", records=records, holdout=args.holdout, random_state=args.seed
         )
-    except StaleFit as exc:
-        print(f"note: {exc}; refitting for this report instead", file=sys.stderr)
+    except StaleFit:
         return None
 
 
