@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from new_model_uploads import UPLOADED, twenty_unscored_responses
 from streamlit.testing.v1 import AppTest
 
 import app_shared as shared
@@ -17,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 PAGE = "app_pages/new_model.py"
 TIMEOUT = 600
-UPLOADED = "upload/new-model"
 
 
 @pytest.fixture
@@ -36,17 +36,6 @@ def _length(value) -> int:
 
 def _metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
-
-
-def _twenty_unscored_responses(store: Path) -> bytes:
-    """One demo model's first 20 responses, renamed, without scores, references or vectors."""
-    with Store(store) as db:
-        records = db.records(with_embeddings=False)
-    model = sorted(records["model"].unique())[7]
-    own = records[records["model"] == model].head(20)
-    kept = ["model", "task", "query_id", "query", "response"]  # texts only, as users have
-    own = own[kept].assign(model=UPLOADED)
-    return own.to_csv(index=False).encode()
 
 
 def test_new_model_page_predicts_a_store_model(demo_store):
@@ -91,7 +80,7 @@ def test_uploaded_unscored_responses_are_predicted_and_not_stored(demo_store):
     at.radio(key="new_model_source").set_value("Upload its responses").run()
     assert not at.exception
     assert not at.metric  # nothing to show before a file arrives
-    data = _twenty_unscored_responses(demo_store)
+    data = twenty_unscored_responses(demo_store)
     at.file_uploader(key="new_model_upload").set_value(("new.csv", data, "text/csv")).run()
     assert not at.exception, [e.message for e in at.exception]
     texts = [t.value for t in at.text]

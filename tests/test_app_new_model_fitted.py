@@ -4,6 +4,7 @@ places models instead of refitting, says so, and offers the fit where there is n
 from pathlib import Path
 
 import pytest
+from new_model_uploads import UPLOADED, twenty_unscored_responses
 from streamlit.testing.v1 import AppTest
 
 import app_shared as shared
@@ -15,21 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 PAGE = "app_pages/new_model.py"
 TIMEOUT = 600
-UPLOADED = "upload/new-model"
 
 
 def _metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
-
-
-def _twenty_unscored_responses(store: Path) -> bytes:
-    """One demo model's first 20 responses, renamed, texts only (no scores or vectors)."""
-    with Store(store) as db:
-        records = db.records(with_embeddings=False)
-    model = sorted(records["model"].unique())[7]
-    own = records[records["model"] == model].head(20)
-    own = own[["model", "task", "query_id", "query", "response"]].assign(model=UPLOADED)
-    return own.to_csv(index=False).encode()
 
 
 pytestmark = pytest.mark.slow  # fits the demo store's predictor (12 profiles)
@@ -72,7 +62,7 @@ def test_an_upload_is_placed_and_not_stored(fitted_store, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page(PAGE).run()
     at.radio(key="new_model_source").set_value("Upload its responses").run()
-    data = _twenty_unscored_responses(fitted_store)
+    data = twenty_unscored_responses(fitted_store)
     at.file_uploader(key="new_model_upload").set_value(("new.csv", data, "text/csv")).run()
     assert not at.exception, [e.message for e in at.exception]
     labels = [e.label for e in [*at.get("status"), *at.get("expander")]]
