@@ -511,7 +511,7 @@ class ReferencePredictor:
         report's neighbours, standings and responses)."""
         if not hasattr(self, "profiles_"):
             raise RuntimeError("the predictor is not fitted; call fit() or load it from a store")
-        new = self._new_records(records)
+        new, renamed = self._new_records(records)
         groups: dict[str, tuple[Profile, list[str]]] = {}
         for model, part in new.groupby("model", sort=True):
             counts = part.groupby("task").size().reindex(self.tasks_, fill_value=0).to_numpy()
@@ -522,11 +522,11 @@ class ReferencePredictor:
         for profile, models in groups.values():
             calibration = self._calibration(profile)
             part = new[new["model"].isin(models)]
-            context = self._placement_context(calibration, part)
-            frames.append(self._predict_placed(calibration, context, level))
+            context = self._placement_context(calibration, part, renamed)
+            frames.append(self._predict_placed(calibration, context, level, renamed))
             contexts.append((context, models))
         out = pd.concat(frames, ignore_index=True)
-        out["model"] = out["model"].map(lambda m: self._renamed.get(m, m))
+        out["model"] = out["model"].map(lambda m: renamed.get(m, m))
         return out.sort_values(["model", "task"], kind="stable").reset_index(drop=True), contexts
 
     def _calibration(self, profile: Profile) -> _Calibration:
@@ -538,7 +538,10 @@ class ReferencePredictor:
             return self._restore(self, profile.key)
         return self._calibrate(profile)
 
-    def _new_records(self, records: pd.DataFrame) -> pd.DataFrame:
+    def _new_records(self, records: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
+        """The new models' validated records in the references' columns, and the run names
+        of new models named like a reference (run name -> name). Nothing is kept on the
+        predictor: one fitted predictor serves concurrent requests (the app's sessions)."""
         new = validate_records(self.embed(records))
         unknown = sorted(set(new["task"].astype(str)) - set(self.tasks_))
         if unknown:
@@ -548,7 +551,7 @@ class ReferencePredictor:
                 f"({', '.join(map(str, self.tasks_[:8]))}); a new model is predicted on the "
                 "references' tasks only — rename the tasks or add references that answered them"
             )
-        self._renamed = {}
+        renamed = {}
         family = dict(zip(self.prepared_.models, self.prepared_.families, strict=True))
         for model in sorted(set(new["model"].astype(str)) & set(self.references_)):
             # a reference predicted as new: its stored row is hidden from this run
@@ -556,7 +559,7 @@ class ReferencePredictor:
             rows = new["model"] == model
             new.loc[rows, "model"] = name
             new.loc[rows, "family"] = family[model]
-            self._renamed[name] = model
+            renamed[name] = model
         columns = list(self.reference_frame_.columns)
         missing = [
             c for c in ("query_embedding", "response_embedding") if c in columns and c not in new
@@ -566,9 +569,11 @@ class ReferencePredictor:
                 f"the new model's records lack {', '.join(missing)}; embed their texts with the "
                 "references' embedder first (Store.fitted_embedder)"
             )
-        return new.reindex(columns=columns)  # the references' columns, NaN where absent
+        return new.reindex(columns=columns), renamed  # the references' columns, NaN if absent
 
-    def _placement_context(self, calibration: _Calibration, new: pd.DataFrame) -> PredictionContext:
+    def _placement_context(
+        self, calibration: _Calibration, new: pd.DataFrame, renamed: dict[str, str]
+    ) -> PredictionContext:
         """The calibration context with the new models added as targets, their spaces
         placed out of sample and every stored grid carried over."""
         base = calibration.context
@@ -581,7 +586,7 @@ class ReferencePredictor:
         origin = np.full(n, -1)
         old_origin = np.asarray(base.origin)
         origin[index] = np.where(old_origin >= 0, index[np.maximum(old_origin, 0)], -1)
-        hidden = np.isin(prepared.models, list(self._renamed.values()))
+        hidden = np.isin(prepared.models, list(renamed.values()))
         context = PredictionContext(
             records=records,
             prepared=prepared,
@@ -606,7 +611,11 @@ class ReferencePredictor:
         return context
 
     def _predict_placed(
-        self, calibration: _Calibration, context: PredictionContext, level: float | None
+        self,
+        calibration: _Calibration,
+        context: PredictionContext,
+        level: float | None,
+        renamed: dict[str, str],
     ) -> pd.DataFrame:
         is_new = np.asarray(context.rows, dtype=bool)
         index = np.flatnonzero(~is_new)
@@ -655,7 +664,7 @@ class ReferencePredictor:
         note = np.where(note == "", described, note + "; " + described)
         reference = context.reference_score[rows].copy()
         for k, i in enumerate(rows):  # a reference predicted as new: its full score is truth
-            original = self._renamed.get(str(context.models[i]))
+            original = renamed.get(str(context.models[i]))
             if original is not None:
                 reference[k] = self._reference_cells[np.searchsorted(self.references_, original)]
         return pd.DataFrame(
