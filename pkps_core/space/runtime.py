@@ -224,11 +224,30 @@ def peak_rss_bytes() -> int:
 def reset_peak_rss() -> bool:
     """Start :func:`peak_rss_bytes` again from the current resident size (Linux only).
 
-    Returns False where the kernel offers no reset, and the peak stays a lifetime one.
+    Returns False where the kernel offers no reset, and the peak stays a lifetime one:
+    where ``/proc/self/clear_refs`` is missing or read-only, and where writing to it is
+    accepted but does nothing (some sandboxed kernels, e.g. gVisor, take the write and keep
+    ``VmHWM``), which is seen as a peak still above the current resident size afterwards.
     """
     try:
         with open("/proc/self/clear_refs", "w") as refs:
             refs.write("5")
     except OSError:
         return False
-    return True
+    peak, resident = _status_kib("VmHWM"), _status_kib("VmRSS")
+    if peak is None or resident is None:
+        return False
+    # right after a reset the peak is the resident size, give or take what the reads touched
+    return peak - resident <= 8 << 10
+
+
+def _status_kib(field: str) -> int | None:
+    """One ``kB`` field of ``/proc/self/status``, or None where it is not there."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
