@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from pkps_core.predict import build_context, predict
-from pkps_core.predictor import PROFILE_BUDGETS, ReferencePredictor, profile_of
+from pkps_core.predictor import PROFILE_BUDGETS, ReferencePredictor, core, profile_of
 from pkps_core.records import RecordsError
 from pkps_core.synthetic import make_synthetic
 
@@ -109,6 +109,45 @@ def test_a_reference_predicted_as_new_is_judged_against_its_full_score(cache):
     full = records[records["model"] == model].groupby("task")["reference_score"].first()
     np.testing.assert_allclose(out.set_index("task")["reference_score"], full.loc[out["task"]])
     assert (out["model"] == model).all()
+
+
+def test_a_model_observed_beyond_its_profile_keeps_what_it_observed(cache, fitted, monkeypatch):
+    # a new model that answered every query of a task has its full score: the grid's
+    # largest profile (4 here) must not pull it towards its neighbours
+    records, _, _, new_models = cache
+    model = new_models[1]
+    whole = records[records["model"] == model]
+    full = whole.groupby("task")["score"].mean()
+    out = fitted.predict(whole).set_index("task")
+    np.testing.assert_allclose(out["prediction"], full.loc[out.index], atol=1e-12)
+    np.testing.assert_allclose(out["upper"] - out["lower"], 0.0, atol=1e-12)
+    assert not out["extrapolation"].any()
+    assert out["note"].str.contains("queries observed: the sample score is the full score").all()
+
+    # 12 of 24 queries against the m = 4 profile: the unobserved part is 12 queries, not
+    # 20, so the profile's prediction and interval keep r = 12/20 of their distance to
+    # the sample score
+    half = whole.groupby("task").sample(12, random_state=1)
+    placed = fitted.predict(half).set_index("task")
+    assert placed["profile"].str.startswith("m=4|scored").all()
+    assert placed["note"].str.contains("12 of 24 queries observed, the other 12 predicted").all()
+    monkeypatch.setattr(
+        core, "_with_observed_share", lambda c, rows, p, t, b: (p, t, np.full(len(rows) * 4, ""))
+    )
+    raw = fitted.predict(half).set_index("task").loc[placed.index]
+    sample = half.groupby("task")["score"].mean().loc[placed.index]
+    r = 12 / 20
+    for column in ("prediction", "lower", "upper"):
+        np.testing.assert_allclose(placed[column], r * raw[column] + (1 - r) * sample, atol=1e-12)
+
+    # at the profile's own budget nothing changes
+    at_budget = whole.groupby("task").sample(4, random_state=2)
+    monkeypatch.undo()
+    kept = fitted.predict(at_budget)
+    monkeypatch.setattr(
+        core, "_with_observed_share", lambda c, rows, p, t, b: (p, t, np.full(len(rows) * 4, ""))
+    )
+    np.testing.assert_allclose(kept["prediction"], fitted.predict(at_budget)["prediction"])
 
 
 def test_appending_models_prepares_what_preparing_everything_gives(cache):

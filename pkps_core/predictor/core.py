@@ -63,6 +63,7 @@ from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
 from pkps_core.space.increments import increment_sums
 from pkps_core.space.knn import cell_matrix
 from pkps_core.trust import trust_columns
+from pkps_core.trust.cells import task_query_counts
 from pkps_core.trust.extrapolation import region_distances_with
 from pkps_core.trust.responses import length_features, mean_log_lengths
 
@@ -659,9 +660,13 @@ class ReferencePredictor:
             trust = trust_columns(context, METHOD, prediction, level)
         rows = np.flatnonzero(is_new)
         n_tasks = len(context.tasks)
+        prediction, trust, observed_note = _with_observed_share(
+            context, rows, prediction, trust, calibration.profile.budget
+        )
         note = np.asarray(notes, dtype=object)[rows].ravel()
         described = calibration.profile.describe()
         note = np.where(note == "", described, note + "; " + described)
+        note = np.where(observed_note == "", note, note + "; " + observed_note)
         reference = context.reference_score[rows].copy()
         for k, i in enumerate(rows):  # a reference predicted as new: its full score is truth
             original = renamed.get(str(context.models[i]))
@@ -686,6 +691,70 @@ class ReferencePredictor:
                 "profile": calibration.profile.key,
             }
         )[[*OUTPUT_COLUMNS, "profile"]]
+
+
+def _with_observed_share(
+    context: PredictionContext,
+    rows: np.ndarray,
+    prediction: np.ndarray,
+    trust: dict,
+    budget: int,
+) -> tuple[np.ndarray, dict, np.ndarray]:
+    """The new models' cells that observed more of a task than their profile rehearsed.
+
+    A cell's full score is the mean over the task's ``N`` queries. The profile's shadows
+    answered ``b = min(budget, N)`` of them and were judged against their full score, so
+    the profile's prediction ``p`` and interval already hold what ``b`` observed queries
+    tell. A new model scored on ``n > b`` of them knows more of the task exactly: its
+    unobserved part is ``N − n`` queries instead of ``N − b``, and with
+    ``r = (N − n) / (N − b)`` the full score is ``r · p + (1 − r) · sample`` (the
+    unobserved mean implied by ``p`` kept, the observed part taken as it is), the
+    interval's bounds the same way (its width times ``r``). ``n = b`` changes nothing;
+    a model that answered a whole task (``n = N``) gets its observed score with a
+    zero-width interval, as the refit path's shadows (masked at the target's own counts)
+    give it.
+
+    Returns the prediction and trust columns (updated copies) and a note per new-model
+    cell, row-major (``""`` where nothing changed).
+    """
+    n_tasks = len(context.tasks)
+    queries = task_query_counts(context.records).reindex(context.tasks).to_numpy(float)
+    rehearsed = np.minimum(float(budget), queries)
+    records = context.records
+    part = records[records["model"].isin(set(context.models[rows])) & records["score"].notna()]
+    counts = part.groupby(["model", "task"], observed=True)["query_id"].nunique()
+    seen = np.zeros((len(context.models), n_tasks))
+    if len(counts):
+        model_at = {m: i for i, m in enumerate(context.models)}
+        task_at = {t: j for j, t in enumerate(context.tasks)}
+        for (model, task), n in counts.items():
+            seen[model_at[model], task_at[task]] = n
+    seen = np.minimum(seen, queries)
+    usable = (seen > rehearsed) & np.isfinite(context.sample)
+    usable[np.setdiff1d(np.arange(len(context.models)), rows)] = False
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kept = np.where(usable, (queries - seen) / (queries - rehearsed), 1.0)
+    sample = np.where(usable, context.sample, 0.0)
+    out = np.where(usable, kept * prediction + (1 - kept) * sample, prediction)
+    trust = dict(trust)
+    for bound in ("lower", "upper"):
+        values = np.asarray(trust[bound], dtype=float)
+        trust[bound] = np.where(usable, kept * values + (1 - kept) * sample, values)
+    whole = usable & (seen >= queries)
+    if whole.any():
+        flags = np.asarray(trust["extrapolation"], dtype=bool).copy()
+        reasons = np.asarray(trust["extrapolation_reason"], dtype=object).copy()
+        flags[whole], reasons[whole] = False, ""
+        trust["extrapolation"], trust["extrapolation_reason"] = flags, reasons
+    note = np.full(seen.shape, "", dtype=object)
+    for i, j in np.argwhere(usable):
+        note[i, j] = (
+            f"all {int(queries[j])} queries observed: the sample score is the full score"
+            if whole[i, j]
+            else f"{int(seen[i, j])} of {int(queries[j])} queries observed, "
+            f"the other {int(queries[j] - seen[i, j])} predicted"
+        )
+    return out, trust, note[rows].ravel()
 
 
 def _copies_space(space, context: PredictionContext, copies: pd.DataFrame):
