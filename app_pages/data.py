@@ -58,6 +58,12 @@ with st.expander("Which score to import"):
         help="The annotator folder whose preferences give the score. Empty: "
         "weighted_alpaca_eval_gpt4_turbo when present, else the one there is.",
     )
+percent_scores = st.checkbox(
+    "Scores are percentages (0–100): divide them by 100",
+    key="data_percent_scores",
+    help="Scores must lie in [0, 1] (0/1 or a fraction); a file scored in percent is "
+    "refused unless this is ticked.",
+)
 new_path = None
 if destination == "a new store":
     stem = Path(uploads[0].name).name.split(".")[0] if uploads else "uploaded"
@@ -78,6 +84,7 @@ if st.button("Import", type="primary", disabled=not uploads):
                 [(f.name, f.getvalue()) for f in uploads],
                 metric=metric.strip() or None,
                 annotator=annotator.strip() or None,
+                percent_scores=percent_scores,
             )
             st.write(f"Storing {len(result.records):,} rows in one transaction…")
             store = shared.open_store(target)

@@ -1,22 +1,28 @@
 """New model: one model predicted as new — its scores, rank, neighbours, trust, what next."""
 
+import time
+
 import pandas as pd
 import streamlit as st
 
 import app_shared as shared
 from pkps_core import report as reports
 from pkps_core.records import RecordsError
-from pkps_core.uploads import UPLOAD_TYPES, read_uploads
+from pkps_core.uploads import UPLOAD_TYPES, match_store_tasks, read_uploads
 from pkps_core.views.new_model import (
     LEVEL,
     NewModelReport,
     length_sentence,
     new_model_report,
+    run_status,
     upload_as_new,
     upload_target,
 )
 from pkps_core.views.placed_model import embed_like_store, placed_model_report
 from pkps_core.views.predictions import export_bytes
+
+# an upload as the cached reports key it: name, bytes, scores in percent, task mapping
+UploadKey = tuple[str, bytes, bool, tuple[tuple[str, str], ...]]
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -25,22 +31,28 @@ def store_model_report(path: str, version: int, model: str, holdout: str) -> New
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def read_upload(name: str, data: bytes) -> pd.DataFrame:
-    return read_uploads([(name, data)]).records
+def read_upload(name: str, data: bytes, percent: bool) -> pd.DataFrame:
+    return read_uploads([(name, data)], percent_scores=percent).records
+
+
+def matched_upload(path: str, version: int, upload: UploadKey) -> tuple[pd.DataFrame, list[str]]:
+    """The upload's rows on the store's tasks (renamed by the page's task mapping)."""
+    name, data, percent, mapping = upload
+    store_tasks = shared.load_cells(path, version)["task"].unique()
+    return match_store_tasks(read_upload(name, data, percent), store_tasks, dict(mapping))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def uploaded_model_report(
-    path: str, version: int, name: str, data: bytes, holdout: str
+    path: str, version: int, upload: UploadKey, holdout: str
 ) -> tuple[NewModelReport, list[str]]:
     # the store's vectors, and its fitted embedders for the upload's texts: nothing of the
     # store is embedded again (on AlpacaEval that refit was most of the time)
     store = shared.open_store(path)
     embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
-    records, model, notes = upload_target(
-        read_upload(name, data), shared.load_records(path, version), embedders
-    )
-    return new_model_report(records, model, holdout=holdout), notes
+    own, notes = matched_upload(path, version, upload)
+    records, model, more = upload_target(own, shared.load_records(path, version), embedders)
+    return new_model_report(records, model, holdout=holdout), notes + more
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -53,15 +65,36 @@ def placed_store_report(path: str, version: int, model: str, holdout: str) -> Ne
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def placed_upload_report(
-    path: str, version: int, name: str, data: bytes, holdout: str
+    path: str, version: int, upload: UploadKey, holdout: str
 ) -> tuple[NewModelReport, list[str]]:
     """An upload placed by the store's fitted predictor: its texts embedded with the
     store's embedders, nothing refitted."""
     store_models = shared.load_cells(path, version)["model"].unique()
-    upload, _, notes = upload_as_new(read_upload(name, data), store_models)
-    upload = embed_like_store(upload, shared.open_store(path))
+    own, notes = matched_upload(path, version, upload)
+    own, _, more = upload_as_new(own, store_models)
+    own = embed_like_store(own, shared.open_store(path))
     predictor = shared.load_predictor(path, version, holdout)
-    return placed_model_report(predictor, upload), notes
+    return placed_model_report(predictor, own), notes + more
+
+
+def task_mapping(upload_tasks, store_tasks) -> tuple[tuple[str, str], ...]:
+    """A control mapping each of the upload's tasks the store lacks to a store task (or
+    leaving it out); the chosen pairs."""
+    unknown = [t for t in upload_tasks if t not in set(store_tasks)]
+    if not unknown:
+        return ()
+    leave = "(leave out)"
+    pairs = []
+    with st.expander(f"Map the upload's {len(unknown)} task(s) the store lacks", expanded=True):
+        st.caption(
+            "The references are known on the store's tasks only. Map a task whose name "
+            "differs to the store's, or leave it out (its responses are then not used)."
+        )
+        for i, task in enumerate(unknown):
+            chosen = st.selectbox(task, [leave, *store_tasks], key=f"new_model_task_map_{i}_{task}")
+            if chosen != leave:
+                pairs.append((task, chosen))
+    return tuple(pairs)
 
 
 def offer_fit(path: str, version: int, holdout: str, state: str) -> None:
@@ -138,6 +171,7 @@ with st.status("Predicting the model as new…", expanded=False) as status:
     try:
         if source == "From the store":
             model = controls[1].selectbox("Model in the store", store_models, key="new_model_pick")
+            started, placed = time.perf_counter(), fitted
             if fitted:
                 result = placed_store_report(path, version, model, holdout)
             else:
@@ -153,18 +187,32 @@ with st.status("Predicting the model as new…", expanded=False) as status:
                 status.update(label="Upload a file of one model's responses", state="complete")
                 st.stop()
             data = upload.getvalue()
+            percent = controls[1].checkbox(
+                "Scores are percentages (0–100)",
+                key="new_model_percent",
+                help="Scores must lie in [0, 1]; a file scored in percent is refused unless "
+                "this is ticked (its scores are then divided by 100).",
+            )
+            upload_tasks = sorted(read_upload(upload.name, data, percent)["task"].unique())
+            store_tasks = sorted(shared.load_cells(path, version)["task"].unique())
+            with controls[1]:
+                mapping = task_mapping(upload_tasks, store_tasks)
+            upload_key = (upload.name, data, percent, mapping)
             # a store whose vectors came with its data (no fitted text embedder) cannot
             # embed an upload's texts alike: those uploads are refitted with everything
             store = shared.open_store(path)
             embeddable = all(store.fitted_embedder(k) is not None for k in ("query", "response"))
-            report_of = placed_upload_report if fitted and embeddable else uploaded_model_report
-            result, notes = report_of(path, version, upload.name, data, holdout)
+            placed = fitted and embeddable
+            report_of = placed_upload_report if placed else uploaded_model_report
+            started = time.perf_counter()
+            result, notes = report_of(path, version, upload_key, holdout)
     except (RecordsError, ValueError) as exc:
         status.update(label="Cannot predict this model", state="error", expanded=True)
         shared.alert("error", "The model could not be predicted.", str(exc))
         st.stop()
-    how = "placed by the store's fitted predictor" if fitted else "refitted"
-    status.update(label=f"Predicted in {result.elapsed:.1f} s ({how}; cached)", state="complete")
+    status.update(
+        label=run_status(result, time.perf_counter() - started, placed=placed), state="complete"
+    )
 if not fitted:
     offer_fit(path, version, holdout, shared.predictor_status(path, holdout))
 
@@ -312,6 +360,7 @@ with export:
         )
         if st.button("Add the upload to the store", key="new_model_add"):
             # under the name it was predicted as (renamed if the store has that name)
-            upload_records = read_upload(upload.name, data).assign(model=result.model)
+            upload_records = matched_upload(path, version, upload_key)[0]
+            upload_records = upload_records.assign(model=result.model)
             added = shared.active_store().ingest(upload_records, source=upload.name)
             st.success(f"Added {added.added} responses; the store's version is now newer.")

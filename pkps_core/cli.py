@@ -19,8 +19,9 @@ from pkps_core.cli_fit import add_parser as add_fit_parser
 from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_session
 from pkps_core.outputs import check_writable, os_error_message, table_format, write_table
 from pkps_core.reading import read_records
-from pkps_core.records import RecordsError
+from pkps_core.records import RecordsError, check_score_range
 from pkps_core.report import add_parser as add_report_parser
+from pkps_core.report import add_percent_argument
 from pkps_core.text import terminal_safe, terminal_safe_frame
 
 
@@ -86,6 +87,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for source in args.paths:
         started = time.perf_counter()
         result = load(source, format=args.format, metric=args.metric, annotator=args.annotator)
+        try:
+            result.records = check_score_range(result.records, percent=args.percent_scores)
+        except RecordsError as exc:
+            raise RecordsError(f"{source}: {exc}") from None
         loaded.append((source, result, time.perf_counter() - started))
     # the rule of one folder or one upload: two files with one key are refused
     check_duplicates_across([(str(source), r.records) for source, r, _ in loaded])
@@ -388,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="AlpacaEval: the annotator folder whose preferences give the score (default: "
         "weighted_alpaca_eval_gpt4_turbo when present)",
     )
+    add_percent_argument(ingest)
     ingest.set_defaults(run=cmd_ingest)
 
     evaluate = sub.add_parser(

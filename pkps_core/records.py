@@ -176,6 +176,65 @@ def _validate_scores(frame: pd.DataFrame, column: str, *, required: bool) -> Non
     frame[column] = numeric
 
 
+SCORE_COLUMNS = ("score", "reference_score")
+
+
+def check_score_range(records: pd.DataFrame, *, percent: bool = False) -> pd.DataFrame:
+    """Refuse scores outside [0, 1], or with ``percent`` rescale percentages to it.
+
+    The schema's scores are 0/1 or a value in [0, 1]; a cache scored in percent would be
+    predicted and ranked on another scale than the store's references without a word, so
+    it is refused at every boundary where records enter (an ingest, an upload, ``report
+    --responses``) with one line naming the rows and how to rescale.
+
+    Parameters
+    ----------
+    records : DataFrame
+        Validated records (:func:`validate_records`).
+    percent : bool, default=False
+        The scores are percentages: ``score`` and ``reference_score`` are divided by 100
+        (they must then lie in [0, 100]).
+
+    Returns
+    -------
+    DataFrame
+        ``records`` (a rescaled copy with ``percent``).
+
+    Raises
+    ------
+    RecordsError
+        A score column has finite values outside the allowed range.
+    """
+    frame = records.copy() if percent else records
+    high = 100.0 if percent else 1.0
+    for column in SCORE_COLUMNS:
+        if column not in frame.columns:
+            continue
+        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        outside = np.isfinite(values) & ((values < 0) | (values > high))
+        if outside.any():
+            worst = values[outside][np.argmax(np.abs(values[outside]))]
+            if percent:
+                raise RecordsError(
+                    f"column '{column}' is outside [0, 100] at {_rows(outside)} (e.g. "
+                    f"{worst:g}) although the scores were said to be percentages; give "
+                    "scores in [0, 1], or in [0, 100] with the percent option"
+                )
+            hint = (
+                "if they are percentages, rescale them to [0, 1] (divide by 100: "
+                "--percent-scores on the command line, 'Scores are percentages' on the page)"
+                if np.nanmax(values) <= 100 and np.nanmin(values) >= 0
+                else "rescale them to [0, 1] (e.g. divide by the scale's maximum)"
+            )
+            raise RecordsError(
+                f"column '{column}' is outside [0, 1] at {_rows(outside)} (e.g. {worst:g}); "
+                f"scores must lie in [0, 1] — {hint}"
+            )
+        if percent:
+            frame[column] = values / 100.0
+    return frame
+
+
 def validate_records(
     records: pd.DataFrame,
     *,

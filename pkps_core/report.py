@@ -6,7 +6,10 @@ the tables and figures as one self-contained HTML file (plotly.js inside: it ope
 offline), or the figures as PNG (``--out report.png``; needs the optional ``kaleido`` and a
 Chrome or Chromium, :func:`figures_png`), or prints a text summary. Model and task names
 are data: they are escaped wherever they reach Plotly (which renders ``<b>``, ``<a>``,
-``<br>``) or HTML.
+``<br>``) or HTML. ``--responses FILE`` instead of ``--model`` predicts a file's one model
+as new with the New model page's upload rules (scores in [0, 1] or ``--percent-scores``;
+tasks the store lacks left out with a note, mapped with ``--task-map``, refused when none
+is the store's); the store is opened read-only and never changed.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pandas as pd
 
 from pkps_core.outputs import check_writable, write_bytes, write_table, write_text
 from pkps_core.text import plotly_safe as plotly_text
+from pkps_core.text import terminal_safe
 
 if TYPE_CHECKING:  # the report's computation is imported only when a command runs
     from pkps_core.views.new_model import NewModelReport
@@ -313,17 +317,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pkps_core.views.placed_model import placed_model_report
 
     targets = _report_outputs(args)  # checked before the work
+    upload, notes = None, []
+    if args.responses:
+        upload = _read_responses(args)  # the file's own faults first, before the store
     with Store(args.db, read_only=True, on_wait=announce_on_stderr) as store:
+        if upload is not None:
+            upload, notes = _on_store_tasks(upload, store, args)
         records = store.records()
-        if args.model not in set(records["model"].astype(str)):
+        if upload is None and args.model not in set(records["model"].astype(str)):
             raise RecordsError(f"unknown model {args.model!r}; it is not in the records")
         predictor = None if args.refit else _kept_predictor(store, records, args)
-    if predictor is not None:
-        report = placed_model_report(predictor, records[records["model"] == args.model])
-    else:
-        report = new_model_report(
-            records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
-        )
+        if upload is not None:
+            report, more = _upload_report(upload, records, store, predictor, args)
+            notes += more
+        elif predictor is not None:
+            report = placed_model_report(predictor, records[records["model"] == args.model])
+        else:
+            report = new_model_report(
+                records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
+            )
+    for note in notes:
+        print(terminal_safe(f"note: {note}"), file=sys.stderr)
+    name = terminal_safe(report.model)
     if args.csv:
         write_table(report.rows(), args.csv, "csv")
     if args.out and Path(args.out).suffix.lower() == ".png":
@@ -336,15 +351,62 @@ def cmd_report(args: argparse.Namespace) -> int:
         write_bytes(target, pngs["tasks"])
         write_bytes(map_target, pngs["map"])
         print(
-            f"wrote the figures of {args.model} to {target} (per task) and {map_target} "
+            f"wrote the figures of {name} to {target} (per task) and {map_target} "
             f"(PKPS map): {headline(report)}"
         )
     elif args.out:
         write_text(args.out, report_html(report))
-        print(f"wrote the report of {args.model} to {args.out}: {headline(report)}")
+        print(f"wrote the report of {name} to {args.out}: {headline(report)}")
     else:
         print(report_text(report))
     return 0
+
+
+def _read_responses(args: argparse.Namespace) -> pd.DataFrame:
+    """``--responses``' records, read as the New model page reads an upload (any importer
+    format, one model, scores in [0, 1] or rescaled with ``--percent-scores``)."""
+    from pkps_core.records import RecordsError
+    from pkps_core.uploads import read_uploads
+
+    path = Path(args.responses)
+    if not path.is_file():
+        raise RecordsError(f"--responses {args.responses}: not a file; give one model's responses")
+    records = read_uploads(
+        [(path.name, path.read_bytes())], percent_scores=args.percent_scores
+    ).records
+    models = sorted(records["model"].astype(str).unique())
+    if len(models) != 1:
+        raise RecordsError(
+            f"{path.name} holds {len(models)} models ({', '.join(map(repr, models[:5]))}); "
+            "--responses takes one model's responses"
+        )
+    return records
+
+
+def _on_store_tasks(upload: pd.DataFrame, store, args) -> tuple[pd.DataFrame, list[str]]:
+    """The upload on the store's tasks (``--task-map``), as the New model page does."""
+    from pkps_core.uploads import match_store_tasks, parse_task_map
+
+    store_tasks = sorted(store.coverage()["task"].astype(str).unique())
+    return match_store_tasks(upload, store_tasks, parse_task_map(args.task_map))
+
+
+def _upload_report(upload, records, store, predictor, args):
+    """The report of an uploaded model, placed by the kept predictor where the store has
+    text embedders for its texts, else refitted with the store (the page's two paths)."""
+    from pkps_core.views.new_model import new_model_report, upload_as_new, upload_target
+    from pkps_core.views.placed_model import embed_like_store, placed_model_report
+
+    embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
+    embeddable = all(e is not None for e in embedders.values())
+    if predictor is not None and embeddable:
+        named, _, notes = upload_as_new(upload, records["model"].unique())
+        return placed_model_report(predictor, embed_like_store(named, store)), notes
+    combined, model, notes = upload_target(upload, records, embedders)
+    report = new_model_report(
+        combined, model, holdout=args.holdout, space_params={"random_state": args.seed}
+    )
+    return report, notes
 
 
 def _kept_predictor(store, records, args):
@@ -361,11 +423,33 @@ def _kept_predictor(store, records, args):
         return None
 
 
+def add_percent_argument(parser) -> None:
+    """``--percent-scores``: the input's scores are percentages (rescaled to [0, 1])."""
+    parser.add_argument(
+        "--percent-scores",
+        action="store_true",
+        help="the scores are percentages (0-100): divide them by 100 (without it, scores "
+        "outside [0, 1] are refused)",
+    )
+
+
 def add_parser(sub) -> None:
     """Register ``report`` on the CLI's subparsers."""
     parser = sub.add_parser("report", help="a new model's report: predictions, rank, next")
     parser.add_argument("--db", required=True, help="a store made by `ingest`")
-    parser.add_argument("--model", required=True, help="the model to predict as new")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="the store's model to predict as new")
+    which.add_argument(
+        "--responses",
+        help="a file of one model's responses (any format `ingest` reads) to predict as new "
+        "against the store, as the New model page's upload; the store is not changed",
+    )
+    add_percent_argument(parser)
+    parser.add_argument(
+        "--task-map",
+        help="with --responses: the file's task names that differ from the store's, as "
+        "FILE_TASK=STORE_TASK,… (tasks the store lacks are left out with a note)",
+    )
     parser.add_argument(
         "--out",
         help="write the report as HTML here, or with a .png name its two figures as PNG "

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.importers import check_duplicates_across, load
-from pkps_core.records import RecordsError, validate_records
+from pkps_core.records import RecordsError, check_score_range, validate_records
 
 UPLOAD_TYPES = ("csv", "tsv", "parquet", "pq", "json", "jsonl", "eval", "gz", "zip")
 MAX_ZIP_BYTES = 2 * 1024**3
@@ -75,6 +75,7 @@ def read_uploads(
     *,
     metric: str | None = None,
     annotator: str | None = None,
+    percent_scores: bool = False,
 ) -> UploadResult:
     """Import uploaded files (canonical CSV/Parquet or any importer format) in memory.
 
@@ -89,6 +90,9 @@ def read_uploads(
     metric, annotator : str, optional
         Passed to :func:`pkps_core.importers.load`: the HELM / lighteval metric and the
         AlpacaEval annotator that give the score.
+    percent_scores : bool, default=False
+        The scores are percentages: rescaled to [0, 1]
+        (:func:`pkps_core.records.check_score_range`).
 
     Returns
     -------
@@ -98,7 +102,8 @@ def read_uploads(
     ------
     RecordsError
         A file cannot be read or breaks the schema, two files share a name, or two files
-        hold the same (model, task, query_id). Every bad file is reported, one line each
+        hold the same (model, task, query_id), or scores lie outside [0, 1] (outside
+        [0, 100] with ``percent_scores``). Every bad file is reported, one line each
         starting with the file name, without the server's temporary paths.
     """
     if not files:
@@ -144,6 +149,7 @@ def read_uploads(
         raise RecordsError("\n".join(errors))
     check_duplicates_across(frames)
     records = validate_records(pd.concat([frame for _, frame in frames], ignore_index=True))
+    records = check_score_range(records, percent=percent_scores)
     source = ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} more"
     return UploadResult(records, source, pd.DataFrame(rows), skipped, warnings)
 
@@ -153,3 +159,86 @@ def _scrub(message: str, folder: str) -> str:
     for root in {folder, str(Path(folder).resolve())}:
         message = message.replace(root + "/", "").replace(root, "the upload")
     return " ".join(message.split())
+
+
+def parse_task_map(text: str | None) -> dict[str, str]:
+    """``OLD=NEW,OLD2=NEW2`` (the CLI's ``--task-map``) as a mapping; empty for None."""
+    mapping: dict[str, str] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        old, sep, new = part.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            raise RecordsError(
+                f"task map entry {part.strip()!r} is not OLD=NEW; write e.g. "
+                "--task-map 'my_task=store_task,other=store_other'"
+            )
+        mapping[old.strip()] = new.strip()
+    return mapping
+
+
+def match_store_tasks(
+    uploaded: pd.DataFrame,
+    store_tasks: Sequence[str],
+    task_map: dict[str, str] | None = None,
+) -> tuple[pd.DataFrame, list[str]]:
+    """An upload's rows on the store's tasks: renamed by ``task_map``, the others left out.
+
+    A model is predicted on the tasks the store's references hold; an upload's task that
+    the store does not hold has no reference to learn from, so its rows are left out with
+    a note naming them, and an upload with no task in the store is refused.
+
+    Parameters
+    ----------
+    uploaded : DataFrame
+        Validated records of the upload.
+    store_tasks : sequence of str
+        The tasks the store holds.
+    task_map : dict, optional
+        ``{upload's task: store's task}`` for names that differ.
+
+    Returns
+    -------
+    records : DataFrame
+        The rows on the store's tasks (task names mapped).
+    notes : list of str
+        One warning naming the tasks left out (empty when none is).
+
+    Raises
+    ------
+    RecordsError
+        The map names a store task that does not exist, or none of the upload's tasks
+        (after the map) is in the store; the message names both sides' tasks.
+    """
+    known = set(map(str, store_tasks))
+    task_map = {str(k): str(v) for k, v in (task_map or {}).items()}
+    missing_targets = sorted(set(task_map.values()) - known)
+    if missing_targets:
+        raise RecordsError(
+            f"the task map names task(s) the store does not hold: "
+            f"{_listed(missing_targets)}; the store's tasks are {_listed(sorted(known))}"
+        )
+    tasks = uploaded["task"].astype(str).map(lambda t: task_map.get(t, t))
+    inside = tasks.isin(known).to_numpy()
+    outside = sorted(set(uploaded.loc[~inside, "task"].astype(str)))
+    if not inside.any():
+        raise RecordsError(
+            f"none of the upload's tasks is in the store: {_listed(outside)} (the store's "
+            f"tasks: {_listed(sorted(known))}); map each to a store task (the page's task "
+            "mapping, or --task-map UPLOAD_TASK=STORE_TASK) or add references for them first"
+        )
+    records = uploaded.assign(task=tasks)[inside].reset_index(drop=True)
+    notes = []
+    if outside:
+        notes.append(
+            f"task(s) {_listed(outside)} are not in the store and were left out "
+            f"({int((~inside).sum())} rows); only its responses on the "
+            f"{tasks[inside].nunique()} task(s) the store holds are used — map the others "
+            "to store tasks to include them"
+        )
+    return records, notes
+
+
+def _listed(names: Sequence[str], limit: int = 10) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -156,16 +156,21 @@ def test_ingest_of_several_files_is_one_transaction(tmp_path, capsys):
     assert state(db)[2]["models"] == 4
 
 
-def test_ingest_names_unknown_columns_and_scores_outside_the_unit_interval(tmp_path, capsys):
+def test_ingest_names_unknown_columns_and_refuses_scores_outside_the_unit_interval(
+    tmp_path, capsys
+):
     frame = cache(["a/x", "b/y"])
     frame["judge_comment"] = "fine"
-    frame.loc[[0, 5], "score"] = [1.5, -0.25]
-    code, out, _ = cli(capsys, "ingest", write(frame, tmp_path / "odd.csv"), "--db", tmp_path / "s")
+    code, out, _ = cli(capsys, "ingest", write(frame, tmp_path / "ok.csv"), "--db", tmp_path / "s")
     assert code == 0
     assert "columns not stored: judge_comment" in out
-    assert "'score' is outside [0, 1] at rows 1, 6" in out
-    with Store(tmp_path / "s", read_only=True) as store:
-        assert sorted(store.records()["score"])[:1] == [-0.25]  # kept as given
+    frame.loc[[0, 5], "score"] = [1.5, -0.25]
+    before = state(tmp_path / "s")
+    code, _, err = cli(capsys, "ingest", write(frame, tmp_path / "odd.csv"), "--db", tmp_path / "s")
+    assert code == 2
+    one_line(code, err, "odd.csv")
+    assert "'score' is outside [0, 1] at rows 1, 6" in err[0]
+    assert state(tmp_path / "s") == before
 
 
 # ------------------------------------------------------------------ processes sharing a store

@@ -13,7 +13,12 @@ import pyarrow as pa
 from sklearn.base import clone
 
 from pkps_core.embed import TextEmbedder, default_embedder
-from pkps_core.records import CANONICAL_COLUMNS, RecordsError, validate_records
+from pkps_core.records import (
+    CANONICAL_COLUMNS,
+    RecordsError,
+    check_score_range,
+    validate_records,
+)
 from pkps_core.store.arrow import (
     _arrow_table,
     _arrow_to_vectors,
@@ -26,7 +31,6 @@ from pkps_core.store.ingest import (
     _check_embedding_lengths,
     _incoming_table,
     _merge,
-    score_range_notes,
 )
 from pkps_core.store.locks import _write_lock
 from pkps_core.store.opening import (
@@ -210,7 +214,8 @@ class Store:
             raise StoreError(f"the store {self.path} was opened read-only; it cannot ingest")
         prepared = []
         for records, source, *notes in items:
-            frame = validate_records(records)
+            # refused before the transaction: nothing is written (issue 37's scale rule)
+            frame = check_score_range(validate_records(records))
             dropped = tuple(c for c in frame.columns if c not in CANONICAL_COLUMNS)
             logged = "\n".join(notes[0]) if notes and len(notes[0]) else None
             prepared.append((frame, source, dropped, _incoming_table(frame, source), logged))
@@ -223,8 +228,7 @@ class Store:
                     _stage(cur, "incoming", incoming)
                     added, replaced, unchanged = _merge(cur, source, logged)
                     cur.execute("DROP TABLE incoming")
-                    notes = score_range_notes(frame)
-                    reports.append(IngestReport(source, added, replaced, unchanged, dropped, notes))
+                    reports.append(IngestReport(source, added, replaced, unchanged, dropped))
                 cur.execute("COMMIT")
             except BaseException as exc:
                 with suppress(duckdb.Error):  # a failed COMMIT has already rolled back

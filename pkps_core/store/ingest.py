@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pkps_core.records import RecordsError, _rows
+from pkps_core.records import RecordsError
 from pkps_core.store.arrow import _first_row, _vectors_to_arrow
 from pkps_core.store.schema import _CONTENT_COLUMNS
 
@@ -35,8 +35,6 @@ class IngestReport:
         Rows identical to what the store already held (nothing written).
     dropped_columns : tuple of str
         Input columns outside the canonical schema, not stored.
-    notes : tuple of str
-        Things stored but worth knowing (scores outside [0, 1], with their rows).
     """
 
     source: str
@@ -44,7 +42,6 @@ class IngestReport:
     replaced: int
     unchanged: int
     dropped_columns: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         text = (
@@ -53,24 +50,7 @@ class IngestReport:
         )
         if self.dropped_columns:
             text += f" (columns not stored: {', '.join(self.dropped_columns)})"
-        return "; ".join([text, *self.notes])
-
-
-def score_range_notes(frame: pd.DataFrame) -> tuple[str, ...]:
-    """One note per score column with values outside [0, 1] (the schema's range), naming
-    the rows; such scores are kept as given."""
-    notes = []
-    for column in ("score", "reference_score"):
-        if column not in frame.columns:
-            continue
-        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-        outside = np.isfinite(values) & ((values < 0) | (values > 1))
-        if outside.any():
-            notes.append(
-                f"note: '{column}' is outside [0, 1] at {_rows(outside)} (kept as given; "
-                "the schema's scores are 0/1 or in [0, 1] — rescale if that was not meant)"
-            )
-    return tuple(notes)
+        return text
 
 
 def text_hash(text: str) -> str:

@@ -430,6 +430,18 @@ def _assemble(
     )
 
 
+def run_status(report: NewModelReport, seconds: float, *, placed: bool) -> str:
+    """What this run did, for the page's status: computed now (and how) or read from the
+    cache (a call that took well under the report's own time did not compute it)."""
+    how = "placed by the store's fitted predictor" if placed else "refitted"
+    if seconds < 0.5 * report.elapsed:
+        return (
+            f"Shown from the cache in {seconds:.2f} s (computed earlier in "
+            f"{report.elapsed:.1f} s, {how})"
+        )
+    return f"Predicted in {report.elapsed:.1f} s ({how})"
+
+
 def length_sentence(overall: dict) -> str:
     """The length score in words, for the page (``overall`` from :class:`NewModelReport`)."""
     z, low, high = overall["length_score"], overall["length_low"], overall["length_high"]
