@@ -99,52 +99,49 @@ def shadow_pair_sums(
             block,
             len(row_models),
         )
+        flat = y.reshape(len(row_models), -1)
+        delta = None
         for b, query_kernel in enumerate(kernels_by_bandwidth):
-            if query_kernel is None:  # a shadow's response meets one query: gather
-                _delta_block(
-                    numerators[b],
-                    denominators[b],
-                    y,
-                    counts,
-                    row_models,
-                    block,
-                    query_idx[all_rows],
-                    features[all_rows],
-                    owner,
-                )
-                continue
-            columns = query_kernel[block][:, padded_queries] * present[None, :, :]
-            w = np.einsum("bsm,smp->sbp", columns, padded_features, optimize=True)
-            mass = columns.sum(axis=2).T
-            flat = y.reshape(len(row_models), -1)
+            if query_kernel is None:  # a shadow's response meets one query: scatter
+                if delta is None:
+                    delta = _delta_block(
+                        block, query_idx[all_rows], features[all_rows], owner, len(shadow_models)
+                    )
+                w, mass = delta
+            else:
+                columns = query_kernel[block][:, padded_queries] * present[None, :, :]
+                w = np.einsum("bsm,smp->sbp", columns, padded_features, optimize=True)
+                mass = columns.sum(axis=2).T
             numerators[b, row_models] += flat @ w.reshape(len(shadow_models), -1).T
             denominators[b, row_models] += counts @ mass.T
-    for b, query_kernel in enumerate(kernels_by_bandwidth):  # each shadow with itself
-        for k, own in enumerate(shadow_rows):
-            q = query_idx[own]
+    # each shadow with itself: its responses' Gram matrix once, weighted per bandwidth
+    for k, own in enumerate(shadow_rows):
+        q = query_idx[own]
+        gram = features[own] @ features[own].T
+        same_query = q[:, None] == q[None, :]
+        for b, query_kernel in enumerate(kernels_by_bandwidth):
             if query_kernel is None:
-                same = (q[:, None] == q[None, :]).astype(float)
+                numerators[b, shadow_models[k], k] = np.sum(gram[same_query])
+                denominators[b, shadow_models[k], k] = np.sum(same_query)
             else:
                 same = query_kernel[np.ix_(q, q)]
-            numerators[b, shadow_models[k], k] = np.sum(same * (features[own] @ features[own].T))
-            denominators[b, shadow_models[k], k] = same.sum()
+                numerators[b, shadow_models[k], k] = np.sum(same * gram)
+                denominators[b, shadow_models[k], k] = np.sum(same)
     return [(numerators[b], denominators[b]) for b in range(len(bandwidths))]
 
 
-def _delta_block(numerator, denominator, y, counts, row_models, block, queries, vectors, owner):
-    """The delta query kernel's sums for one block of queries: each shadow response meets
-    only the rows' responses to its own query (``Y_i[q_l] · x_l``), summed per shadow."""
+def _delta_block(block, queries, vectors, owner, n_shadows):
+    """The delta query kernel's ``W_s[q]`` and ``w_s[q]`` for one block of queries: each
+    shadow's own response to ``q`` (a model answers a query at most once) and 1 where it
+    answered, zero elsewhere, so the sums are the same two matrix products as the RBF
+    kernel's instead of a gather per response."""
     inside = (queries >= block[0]) & (queries <= block[-1])
-    local, vectors, owner = queries[inside] - block[0], vectors[inside], owner[inside]
-    n_shadows = numerator.shape[1]
-    for start in range(0, len(local), 512):
-        part = slice(start, start + 512)
-        values = np.einsum("iqp,qp->iq", y[:, local[part]], vectors[part])
-        hits = counts[:, local[part]]
-        one_hot = np.zeros((len(values[0]), n_shadows))
-        one_hot[np.arange(len(values[0])), owner[part]] = 1.0
-        numerator[row_models] += values @ one_hot
-        denominator[row_models] += hits @ one_hot
+    local, owner = queries[inside] - block[0], owner[inside]
+    w = np.zeros((n_shadows, len(block), vectors.shape[1]))
+    mass = np.zeros((n_shadows, len(block)))
+    w[owner, local] = vectors[inside]
+    mass[owner, local] = 1.0
+    return w, mass
 
 
 def _per_query_sums(model_idx, query_idx, features, block, n_models):
