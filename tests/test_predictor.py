@@ -151,9 +151,9 @@ def test_a_model_observed_beyond_its_profile_keeps_what_it_observed(cache, fitte
 
 
 def test_appending_models_prepares_what_preparing_everything_gives(cache):
-    from pkps_core.predictor.placement import append_models
     from pkps_core.records import validate_records
     from pkps_core.space import prepare_cache
+    from pkps_core.space.prepare import append_models
 
     _, references, thin, _ = cache
     base = prepare_cache(references)

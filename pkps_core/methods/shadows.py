@@ -111,9 +111,11 @@ def with_shadows_added(frame: pd.DataFrame, prepared, rows: pd.DataFrame, origin
     augmented : PreparedCache
     origin : ndarray of int (n_models,)
     """
-    from pkps_core.space import prepare_cache
+    from pkps_core.space.prepare import append_models
 
-    augmented = prepare_cache(pd.concat([prepared.frame, rows], ignore_index=True), validated=True)
+    # the references stay prepared; only the shadows' rows are (what preparing the
+    # concatenated records gives, tests/test_predictor.py)
+    augmented = append_models(prepared, rows[list(prepared.frame.columns)])
     records = pd.concat([frame, rows[list(frame.columns)]], ignore_index=True)
     position = {model: i for i, model in enumerate(augmented.models)}
     origin = np.full(len(augmented.models), -1)

@@ -52,7 +52,6 @@ from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
 from pkps_core.predict import OUTPUT_COLUMNS, TARGET_BANDWIDTH_GRID
 from pkps_core.predictor.placement import (
     PlacedSpace,
-    append_models,
     nearest_allowed,
     new_model_pairs,
     place,
@@ -62,6 +61,7 @@ from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
 from pkps_core.space.increments import increment_sums
 from pkps_core.space.knn import cell_matrix
+from pkps_core.space.prepare import append_models
 from pkps_core.trust import trust_columns
 from pkps_core.trust.cells import task_query_counts
 from pkps_core.trust.extrapolation import region_distances_with

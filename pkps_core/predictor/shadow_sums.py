@@ -109,9 +109,11 @@ def shadow_pair_sums(
                     )
                 w, mass = delta
             else:
-                columns = query_kernel[block][:, padded_queries] * present[None, :, :]
-                w = np.einsum("bsm,smp->sbp", columns, padded_features, optimize=True)
-                mass = columns.sum(axis=2).T
+                # (shadows, block, their responses): kQ(u_q, u_{q_l}), 0 for the padding
+                columns = query_kernel[padded_queries[:, None, :], block[None, :, None]]
+                columns *= present[:, None, :]
+                w = np.matmul(columns, padded_features)  # (shadows, block, p), contiguous
+                mass = columns.sum(axis=2)
             numerators[b, row_models] += flat @ w.reshape(len(shadow_models), -1).T
             denominators[b, row_models] += counts @ mass.T
     # each shadow with itself: its responses' Gram matrix once, weighted per bandwidth

@@ -7,6 +7,7 @@ reduced by PCA (to a fixed size or to the second Zhu–Ghodsi elbow).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,3 +180,48 @@ def _query_gap(frame: pd.DataFrame) -> str | None:
     which = f"query_id {query_id!r} of task {task!r}"
     which = f"{which} has" if len(keys) == 1 else f"{len(keys)} queries (e.g. {which}) have"
     return f"{which} no query text: column 'query' is empty at {_rows(missing.to_numpy())}"
+
+
+def append_models(prepared: PreparedCache, new: pd.DataFrame) -> PreparedCache:
+    """``prepared`` with the validated records of new models added, without preparing the
+    old responses again (what :func:`~pkps_core.space.prepare_cache` of the concatenated
+    records gives: responses sorted by model, then task and query id; new queries after the
+    old ones). ``new`` has the old records' columns, embeddings included, and only models
+    and tasks ``prepared`` knows the tasks of."""
+    added = prepare_cache(new, validated=True)
+    frame = pd.concat([prepared.frame, added.frame], ignore_index=True)
+    models = np.union1d(prepared.models, added.models)
+    model_idx = np.searchsorted(models, frame["model"].to_numpy(dtype=str))
+    order = np.argsort(model_idx, kind="stable")
+    frame = frame.iloc[order].reset_index(drop=True)
+    old_keys = pd.MultiIndex.from_frame(prepared.query_keys.astype(str))
+    new_keys = pd.MultiIndex.from_frame(added.query_keys.astype(str))
+    fresh = ~new_keys.isin(old_keys)
+    query_keys = pd.concat([prepared.query_keys, added.query_keys[fresh]], ignore_index=True)
+    all_keys = pd.MultiIndex.from_frame(query_keys.astype(str))
+    added_idx = all_keys.get_indexer(new_keys)[added.layout.query_idx]
+    query_idx = np.concatenate([prepared.layout.query_idx, added_idx])[order]
+    query_vectors = prepared.query_vectors
+    if query_vectors is not None and fresh.any():
+        query_vectors = np.vstack([query_vectors, added.query_vectors[fresh]])
+    layout = ResponseLayout.build(model_idx[order], query_idx, len(models), len(query_keys))
+    task_of_response = np.searchsorted(prepared.tasks, frame["task"].to_numpy(dtype=str))
+    families = pd.Series(
+        np.concatenate([prepared.families, added.families]),
+        index=np.concatenate([prepared.models, added.models]),
+    )
+    cells = pd.concat([prepared.cells, added.cells], ignore_index=True)
+    cells = cells.sort_values(["model", "task"], kind="stable").reset_index(drop=True)
+    return dataclasses.replace(
+        prepared,
+        layout=layout,
+        models=models,
+        families=families.loc[models].to_numpy(dtype=str),
+        query_keys=query_keys,
+        query_vectors=query_vectors,
+        response_vectors=np.vstack([prepared.response_vectors, added.response_vectors])[order],
+        scores=np.concatenate([prepared.scores, added.scores])[order],
+        task_of_response=task_of_response,
+        cells=cells,
+        frame=frame,
+    )
