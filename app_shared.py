@@ -22,6 +22,7 @@ import streamlit as st
 from pkps_core import views
 from pkps_core.demo import demo_path, ensure_demo_store
 from pkps_core.predict import PredictionContext, build_context, predict
+from pkps_core.protocols.masks import mask_targets
 from pkps_core.records import cell_table
 from pkps_core.space import PerspectiveSpace, PreparedCache, prepare_cache
 from pkps_core.store import Store
@@ -111,7 +112,7 @@ def load_records(path: str, version: int) -> pd.DataFrame:
 
 
 def predictor_status(path: str, holdout: str) -> str:
-    """"current", "stale" or "none": the store's fitted reference predictor (``fit``) for
+    """ "current", "stale" or "none": the store's fitted reference predictor (``fit``) for
     the new-model page's settings."""
     from pkps_core.predictor import FIT_KIND, ReferencePredictor
     from pkps_core.store.fits import fit_key, fit_status
@@ -317,9 +318,15 @@ def prediction_context(
     targets: tuple[str, ...],
     bandwidth: str,
     response_kernel: str,
+    budget: int,
 ) -> PredictionContext:
+    """The Predictions page's context: targets keep ``budget`` responses per task and are
+    judged against their full data (:func:`pkps_core.protocols.masks.mask_targets`)."""
+    records = load_records(path, version)
+    if targets:
+        records = mask_targets(records, targets, budget, seed=0)
     return build_context(
-        load_records(path, version),
+        records,
         holdout=holdout,
         targets=list(targets) or None,
         space_params={"query_bandwidth": bandwidth, "response_kernel": response_kernel},
@@ -334,9 +341,12 @@ def predict_method(
     targets: tuple[str, ...],
     bandwidth: str,
     response_kernel: str,
+    budget: int,
     method: str,
 ) -> pd.DataFrame:
-    context = prediction_context(path, version, holdout, targets, bandwidth, response_kernel)
+    context = prediction_context(
+        path, version, holdout, targets, bandwidth, response_kernel, budget
+    )
     return predict(context, [method])
 
 
@@ -348,8 +358,11 @@ def prediction_coordinates(
     targets: tuple[str, ...],
     bandwidth: str,
     response_kernel: str,
+    budget: int,
 ) -> pd.DataFrame:
-    context = prediction_context(path, version, holdout, targets, bandwidth, response_kernel)
+    context = prediction_context(
+        path, version, holdout, targets, bandwidth, response_kernel, budget
+    )
     summaries = {
         "pkps": views.summarize_space(context.pkps),
         "dkps": views.summarize_space(context.dkps),

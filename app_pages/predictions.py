@@ -1,6 +1,7 @@
 """Predictions: every (model, task) cell by each method, errors, and exports."""
 
 import html
+import time
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -14,6 +15,7 @@ from pkps_core.space import RESPONSE_KERNELS
 
 DEFAULT_METHODS = ("sample", "dkps", "pkps")
 INTERVAL_LEVEL = 0.9
+DEFAULT_BUDGET = 4  # as `predict --budget`
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -47,6 +49,7 @@ defaults = {
     "bandwidth": "cv",
     "response_kernel": "linear",
     "intervals": True,
+    "budget": DEFAULT_BUDGET,
 }
 settings = st.session_state.setdefault("prediction_settings", defaults)
 # Keyed widgets keep one identity while their defaults follow the submitted settings
@@ -56,7 +59,7 @@ with st.form("prediction_form"):
     # Methods and targets get half a row each: in narrower columns the chips ran past the
     # edge ("pkps" cut off) and the response kernel read "linea" (issue 19)
     top = st.columns(2)
-    knobs = st.columns([1, 1, 1, 3])
+    knobs = st.columns([1, 1, 1, 1, 2])
     methods = top[0].multiselect(
         "Methods", available, default=settings["methods"], key="pred_methods"
     )
@@ -85,7 +88,17 @@ with st.form("prediction_form"):
         index=list(RESPONSE_KERNELS).index(settings["response_kernel"]),
         key="pred_response_kernel",
     )
-    intervals = knobs[3].checkbox(
+    budget = knobs[3].number_input(
+        "Target budget",
+        min_value=1,
+        value=int(settings.get("budget", DEFAULT_BUDGET)),
+        step=1,
+        key="pred_budget",
+        help="Responses each target keeps per task (drawn with a fixed seed); the rest are "
+        "hidden from every method and are the truth it is judged against (the cell's "
+        "full-data mean score).",
+    )
+    intervals = knobs[4].checkbox(
         f"{INTERVAL_LEVEL:.0%} intervals and extrapolation warnings",
         value=settings.get("intervals", True),
         help="Conformal intervals calibrated on held-out families' residuals (with targets: "
@@ -101,6 +114,7 @@ with st.form("prediction_form"):
             "bandwidth": bandwidth,
             "response_kernel": response_kernel,
             "intervals": intervals,
+            "budget": int(budget),
         }
         st.session_state["prediction_settings"] = settings
 
@@ -115,8 +129,10 @@ key = (
     tuple(sorted(settings["targets"])),
     settings["bandwidth"],
     settings["response_kernel"],
+    int(settings.get("budget", DEFAULT_BUDGET)),
 )
 frames = []
+started = time.perf_counter()
 with st.status("Predicting…", expanded=False) as status:
     progress = st.progress(0.0)
     for done, method in enumerate(settings["methods"], start=1):
@@ -129,9 +145,11 @@ with st.status("Predicting…", expanded=False) as status:
             shared.alert("error", "A method could not run.", f"{method}: {exc}")
             st.stop()
         progress.progress(done / len(settings["methods"]))
+    took = time.perf_counter() - started
     status.update(
         label=f"Predictions: {len(settings['methods'])} method(s), {len(models)} models × "
-        f"{cells['task'].nunique()} tasks (cached for these settings)",
+        f"{cells['task'].nunique()} tasks in {took:.1f} s"
+        + (" (read from the cache: computed earlier for these settings)" if took < 0.3 else ""),
         state="complete",
     )
 predictions = views.prediction_export(pd.concat(frames, ignore_index=True))
@@ -147,9 +165,12 @@ if evaluated:
 
 # ---------------------------------------------------------------------- summary
 with summary_tab:
-    scope = "the target models' cells" if evaluated else "all cells"
-    st.caption(views.reference_caption(cells, scope))
-    mae = views.mae_table(predictions, evaluated)
+    self_reference = not evaluated and views.reference_is_sample_score(cells)
+    st.caption(
+        views.mae_caption(self_reference=self_reference, budget=key[-1] if evaluated else None)
+        + (" — over the target models' cells." if evaluated else " — over all cells.")
+    )
+    mae = views.mae_table(predictions, evaluated, self_reference=self_reference)
     shared.table(
         mae, width="stretch", column_config={"MAE": st.column_config.NumberColumn(format="%.4f")}
     )
@@ -178,10 +199,17 @@ with summary_tab:
         if has_intervals:
             choices = ["(none)", *shown_models]
             preferred = evaluated[0] if evaluated and evaluated[0] in shown_models else None
+            # a keyed widget keeps its old value: follow a new set of targets explicitly
+            follows = tuple(settings["targets"])
+            if (
+                st.session_state.get("pred_highlight_follows") != follows
+                or st.session_state.get("pred_highlight") not in choices
+            ):
+                st.session_state["pred_highlight"] = preferred or "(none)"
+            st.session_state["pred_highlight_follows"] = follows
             picked = st.selectbox(
                 "Draw the intervals of one model",
                 choices,
-                index=choices.index(preferred) if preferred else 0,
                 key="pred_highlight",
                 help="Every cell's interval is in its hover; drawn here for one model only.",
             )

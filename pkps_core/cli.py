@@ -156,12 +156,19 @@ def _input_records(args: argparse.Namespace, client=None) -> pd.DataFrame:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from pkps_core.predict import mean_absolute_error, predict, reference_is_sample
+    from pkps_core.predict import predict, reference_is_sample
+    from pkps_core.protocols.masks import mask_targets
+    from pkps_core.views import mae_caption, mae_table
 
     _check_table_outputs(args.out)
+    if args.budget < 1:
+        raise RecordsError(f"--budget must be at least 1 response per task, got {args.budget}")
     started = time.perf_counter()
     with engine_session(args) as engine_params:
         records = _input_records(args, engine_params.get("client"))
+        if args.targets:
+            # the targets keep --budget responses per task; the rest is their truth
+            records = mask_targets(records, args.targets, args.budget, seed=args.seed)
         predictions = predict(
             records,
             args.methods,
@@ -180,14 +187,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"{args.interval:.0%} conformal intervals in lower/upper; extrapolation warnings: "
             + ", ".join(f"{m} {int(n)}" for m, n in flagged.items())
         )
-    mae = mean_absolute_error(predictions)
-    if len(mae) and reference_is_sample(predictions, records):
-        print("MAE against each cell's sample score (the input has no reference_score; sample")
-        print("and methods reading the cell's own scores are not held out from it):")
-    elif len(mae):
-        print("MAE against reference_score (all cells with a reference):")
-        for method, value in mae.items():
-            print(f"  {method:<10} {value:.4f}")
+    self_reference = not args.targets and reference_is_sample(predictions, records)
+    table = mae_table(predictions, args.targets, self_reference=self_reference)
+    if table["cells_scored"].sum():
+        budget = args.budget if args.targets else None
+        print(mae_caption(self_reference=self_reference, budget=budget) + ":")
+        for method, row in table.iterrows():
+            value = "—" if pd.isna(row["MAE"]) else f"{row['MAE']:.4f}"
+            note = f"  ({row['note']})" if row["note"] else ""
+            print(f"  {method:<12} {value:>7}  over {int(row['cells_scored'])} cells{note}")
     return 0
 
 
@@ -345,7 +353,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pred.add_argument("--holdout", choices=["model", "family"], default="model")
     pred.add_argument("--bandwidth", type=_bandwidth, default="cv", help="cv | median | FLOAT")
-    pred.add_argument("--targets", type=_csv_list, default=None, help="models to treat as new")
+    pred.add_argument(
+        "--targets",
+        type=_csv_list,
+        default=None,
+        help="models to treat as new: they keep --budget responses per task and are judged "
+        "against their full-data cell scores (reference_score)",
+    )
+    pred.add_argument(
+        "--budget",
+        type=int,
+        default=4,
+        help="with --targets: responses each target keeps per task, drawn with --seed "
+        "(default 4)",
+    )
     pred.add_argument("--response-kernel", choices=["linear", "rbf", "cosine"], default="linear")
     pred.add_argument("--self-pairs", choices=["include", "exclude"], help=SELF_PAIRS_HELP)
     pred.add_argument("--components", type=int, default=8, help="MDS dimension d")

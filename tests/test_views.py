@@ -362,8 +362,12 @@ def test_the_mae_caption_says_what_the_reference_is():
         }
     )
     rows = validate_records(rows)
-    without = views.reference_caption(cell_table(rows), "all cells")
-    assert "sample score (this store has no reference_score column)" in without
-    assert "not held out" in without
-    given = views.reference_caption(cell_table(rows.assign(reference_score=0.4)), "all cells")
-    assert "against each cell's reference score" in given and "not held out" not in given
+    assert views.reference_is_sample_score(cell_table(rows))
+    assert not views.reference_is_sample_score(cell_table(rows.assign(reference_score=0.4)))
+    without = views.mae_caption(self_reference=True, budget=None)
+    assert "sample score" in without and "not judged" in without
+    given = views.mae_caption(self_reference=False, budget=None)
+    assert given.startswith("MAE against reference_score") and "not judged" not in given
+    targets = views.mae_caption(self_reference=False, budget=4)
+    assert "full-data score" in targets and "at most 4" in targets
+    assert all("plain mean over cells" in c for c in (without, given, targets))

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.embed import embed_records
-from pkps_core.records import default_family, validate_records
+from pkps_core.records import RecordsError, default_family, validate_records
 
 SPLITS = ("interpolation", "extrapolation")
 NEW_MODEL_MODES = ("scored", "responses-only")
@@ -351,6 +351,69 @@ def mask_new_model(
         thinned["score"] = np.nan
     masked = pd.concat([records[~is_target], thinned], ignore_index=True)
     return masked, targets
+
+
+def mask_targets(records: pd.DataFrame, targets, budget: int, *, seed: int = 0) -> pd.DataFrame:
+    """Targets judged honestly: each keeps ``budget`` responses per task, judged against
+    the cell's full data.
+
+    What the Predictions page and ``predict --targets --budget`` run: a target cell keeps
+    ``budget`` of its responses (drawn per model independently, seeded; the rest is hidden
+    from every method), and its ``reference_score`` becomes the mean of all its scored
+    responses (the input's ``reference_score`` where it gives one), so a prediction is
+    never judged against data it used. A target cell with at most ``budget`` responses
+    hides nothing, so it gets no reference (NaN): nothing there is held out to judge.
+    Every other cell keeps its rows, and its ``reference_score`` is its reference as
+    before (the input's, else its sample score, :func:`pkps_core.records.cell_table`).
+
+    Parameters
+    ----------
+    records : DataFrame
+        Canonical records.
+    targets : sequence of str
+        Models of ``records``.
+    budget : int
+        Responses kept per target cell (at least 1).
+    seed : int, default=0
+        Draws the kept responses.
+
+    Returns
+    -------
+    DataFrame
+        The non-targets' rows, then the targets' kept rows, with a ``reference_score``
+        column.
+
+    Raises
+    ------
+    RecordsError
+        ``budget`` below 1, or a target not in ``records``.
+    """
+    if int(budget) < 1:
+        raise RecordsError(f"the budget must be at least 1 response per task, got {budget}")
+    frame = validate_records(records)
+    targets = sorted(set(map(str, targets)))
+    unknown = sorted(set(targets) - set(frame["model"]))
+    if unknown:
+        raise RecordsError(
+            f"unknown target model(s) {', '.join(map(repr, unknown[:5]))}; targets must be "
+            "model ids present in the input"
+        )
+    is_target = frame["model"].isin(targets).to_numpy()
+    if "score" in frame.columns:
+        keys = pd.MultiIndex.from_frame(frame[["model", "task"]])
+        full = full_scores(frame).reindex(keys).to_numpy(dtype=float)
+    else:
+        full = np.full(len(frame), np.nan)
+    given = "reference_score" in frame.columns
+    # the others' references as they were: the input's where it has the column
+    frame["reference_score"] = np.where(
+        is_target | (not given), full, frame["reference_score"] if given else np.nan
+    )
+    thinned = subsample_cells(frame[is_target], int(budget), rho=0.0, random_state=int(seed))
+    size = frame[is_target].groupby(["model", "task"]).size()
+    hid_nothing = size.reindex(pd.MultiIndex.from_frame(thinned[["model", "task"]])) <= budget
+    thinned.loc[hid_nothing.to_numpy(), "reference_score"] = np.nan
+    return pd.concat([frame[~is_target], thinned[list(frame.columns)]], ignore_index=True)
 
 
 def split_models(

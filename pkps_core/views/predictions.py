@@ -8,11 +8,21 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.outputs import table_bytes
-from pkps_core.predict import OUTPUT_COLUMNS
+from pkps_core.predict import METHODS, OUTPUT_COLUMNS
 from pkps_core.trust import reason_words
 
+SELF_JUDGED_NOTE = (
+    "not judged: it reads the cell's own scores, which are the reference here; mark "
+    "targets for an honest error"
+)
 
-def mae_table(predictions: pd.DataFrame, models: Sequence[str] | None = None) -> pd.DataFrame:
+
+def mae_table(
+    predictions: pd.DataFrame,
+    models: Sequence[str] | None = None,
+    *,
+    self_reference: bool = False,
+) -> pd.DataFrame:
     """Per method: MAE against references, cells scored, cells predicted.
 
     Parameters
@@ -21,14 +31,21 @@ def mae_table(predictions: pd.DataFrame, models: Sequence[str] | None = None) ->
         :func:`pkps_core.predict.predict` output.
     models : sequence of str, optional
         Restrict the evaluation to these models' cells (e.g. the targets).
+    self_reference : bool, default=False
+        The references are the cells' own sample scores (no target, no
+        ``reference_score``): a method that reads the cell's own scores
+        (:attr:`~pkps_core.methods.registry.Method.reads_own_scores`) would be judged
+        against itself, so it gets no MAE and a note saying so.
 
     Returns
     -------
     DataFrame
-        Index ``method`` (in input order); columns ``MAE`` (NaN where no cell has both a
-        prediction and a reference), ``cells_scored``, ``cells_predicted``, ``cells``.
+        Index ``method`` (in input order); columns ``MAE`` (the plain mean of the absolute
+        errors over the cells with both a prediction and a reference; NaN where none has,
+        or the method is judged against itself), ``cells_scored``, ``cells_predicted``,
+        ``cells`` and ``note`` (why an MAE is missing).
     """
-    frame = predictions if models is None else predictions[predictions["model"].isin(models)]
+    frame = predictions if not models else predictions[predictions["model"].isin(models)]
     methods = list(dict.fromkeys(predictions["method"]))
     scored = frame.dropna(subset=["prediction", "reference_score"])
     error = (scored["prediction"] - scored["reference_score"]).abs()
@@ -43,28 +60,40 @@ def mae_table(predictions: pd.DataFrame, models: Sequence[str] | None = None) ->
     table.index.name = "method"
     for column in ("cells_scored", "cells_predicted", "cells"):
         table[column] = table[column].fillna(0).astype(int)
+    table["note"] = ""
+    if self_reference:
+        own = [m for m in methods if m in METHODS and METHODS[m].reads_own_scores]
+        table.loc[own, "MAE"] = np.nan
+        table.loc[own, "note"] = SELF_JUDGED_NOTE
+    table.loc[(table["note"] == "") & (table["cells_scored"] == 0), "note"] = (
+        "no cell has both a prediction and a reference"
+    )
     return table
 
 
-def reference_caption(cells: pd.DataFrame, scope: str) -> str:
-    """What the MAE is measured against, for the Predictions page: the input's
-    ``reference_score``, or (where it has none) each reference model's sample score — said
-    plainly, since sample and the methods reading the cell's own scores then score ~0."""
-    if np.isfinite(pd.to_numeric(cells["reference_score"], errors="coerce")).any():
-        against = "each cell's reference score"
-        tail = ""
-    else:
-        against = "each cell's sample score (this store has no reference_score column)"
-        tail = (
-            " Sample, and the methods that read the cell's own scores (ensemble, aipw, "
-            "rs-learn), are not held out from it; for an honest comparison mark models as "
-            "targets or use the Experiments page's protocols."
+def mae_caption(*, self_reference: bool, budget: int | None) -> str:
+    """What the MAE is measured against and how it averages, in words."""
+    if budget is not None:
+        against = (
+            "each target cell's full-data score (reference_score: the mean of all its scored "
+            f"responses), while the prediction saw at most {budget} of them (cells with no "
+            "more than that hide nothing and are not judged)"
         )
-    return (
-        f"Mean absolute error of the prediction against {against}, over {scope} with both "
-        "(MAE; cells_scored: cells with both; cells_predicted: cells with a prediction; "
-        f"cells: all cells).{tail}"
-    )
+    elif self_reference:
+        against = (
+            "each cell's sample score (no reference_score, no target); methods that read "
+            "the cell's own scores are not judged against it"
+        )
+    else:
+        against = "reference_score (each cell's given full-task score)"
+    return f"MAE against {against}; the plain mean over cells of |prediction − reference|"
+
+
+def reference_is_sample_score(cells: pd.DataFrame) -> bool:
+    """True when the store gives no ``reference_score`` (its cells'
+    :func:`~pkps_core.records.cell_table`): without targets each cell's reference is then
+    its own sample score."""
+    return not np.isfinite(pd.to_numeric(cells["reference_score"], errors="coerce")).any()
 
 
 def per_task_mae(predictions: pd.DataFrame, models: Sequence[str] | None = None) -> pd.DataFrame:
