@@ -21,7 +21,7 @@ import streamlit as st
 
 from pkps_core import views
 from pkps_core.demo import demo_path, ensure_demo_store
-from pkps_core.predict import PredictionContext, build_context, predict
+from pkps_core.predict import PredictionContext, build_context
 from pkps_core.protocols.masks import mask_targets
 from pkps_core.records import cell_table
 from pkps_core.space import PerspectiveSpace, PreparedCache, prepare_cache
@@ -331,23 +331,6 @@ def prediction_context(
         targets=list(targets) or None,
         space_params={"query_bandwidth": bandwidth, "response_kernel": response_kernel},
     )
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def predict_method(
-    path: str,
-    version: int,
-    holdout: str,
-    targets: tuple[str, ...],
-    bandwidth: str,
-    response_kernel: str,
-    budget: int,
-    method: str,
-) -> pd.DataFrame:
-    context = prediction_context(
-        path, version, holdout, targets, bandwidth, response_kernel, budget
-    )
-    return predict(context, [method])
 
 
 @st.cache_data(max_entries=8, show_spinner="Fitting the spaces for the coordinates…")

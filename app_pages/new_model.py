@@ -171,7 +171,7 @@ with st.status("Predicting the model as new…", expanded=False) as status:
     try:
         if source == "From the store":
             model = controls[1].selectbox("Model in the store", store_models, key="new_model_pick")
-            started, placed = time.perf_counter(), fitted
+            started, placed = time.time(), fitted
             if fitted:
                 result = placed_store_report(path, version, model, holdout)
             else:
@@ -204,15 +204,13 @@ with st.status("Predicting the model as new…", expanded=False) as status:
             embeddable = all(store.fitted_embedder(k) is not None for k in ("query", "response"))
             placed = fitted and embeddable
             report_of = placed_upload_report if placed else uploaded_model_report
-            started = time.perf_counter()
+            started = time.time()
             result, notes = report_of(path, version, upload_key, holdout)
     except (RecordsError, ValueError) as exc:
         status.update(label="Cannot predict this model", state="error", expanded=True)
         shared.alert("error", "The model could not be predicted.", str(exc))
         st.stop()
-    status.update(
-        label=run_status(result, time.perf_counter() - started, placed=placed), state="complete"
-    )
+    status.update(label=run_status(result, started, placed=placed), state="complete")
 if not fitted:
     offer_fit(path, version, holdout, shared.predictor_status(path, holdout))
 

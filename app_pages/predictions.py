@@ -11,7 +11,7 @@ import app_shared as shared
 from pkps_core import trust, views
 from pkps_core.predict import METHODS, predict
 from pkps_core.records import RecordsError
-from pkps_core.space import RESPONSE_KERNELS
+from pkps_core.space import RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
 
 DEFAULT_METHODS = ("sample", "dkps", "pkps")
 INTERVAL_LEVEL = 0.9
@@ -19,11 +19,14 @@ DEFAULT_BUDGET = 4  # as `predict --budget`
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def predict_with_intervals(*key_and_method) -> pd.DataFrame:
-    """:func:`shared.predict_method` plus 90 % conformal intervals and warnings."""
-    *key, method = key_and_method
+def predict_cells(*key_method_intervals) -> tuple[pd.DataFrame, float]:
+    """One method's predictions on :func:`shared.prediction_context` (with 90 % conformal
+    intervals and warnings if asked), and when they were computed (``time.time()``: a
+    run that finds an older time read them from the cache)."""
+    *key, method, intervals = key_method_intervals
     context = shared.prediction_context(*key)
-    return predict(context, [method], intervals=INTERVAL_LEVEL)
+    level = INTERVAL_LEVEL if intervals else None
+    return predict(context, [method], intervals=level), time.time()
 
 
 st.title("Predictions")
@@ -84,9 +87,10 @@ with st.form("prediction_form"):
     )
     response_kernel = knobs[2].selectbox(
         "Response kernel",
-        RESPONSE_KERNELS,
-        index=list(RESPONSE_KERNELS).index(settings["response_kernel"]),
+        RESPONSE_KERNEL_CHOICES,
+        index=list(RESPONSE_KERNEL_CHOICES).index(settings["response_kernel"]),
         key="pred_response_kernel",
+        help=RESPONSE_KERNEL_NOTE,
     )
     budget = knobs[3].number_input(
         "Target budget",
@@ -132,24 +136,27 @@ key = (
     int(settings.get("budget", DEFAULT_BUDGET)),
 )
 frames = []
-started = time.perf_counter()
+started = time.time()
+computed = 0
 with st.status("Predicting…", expanded=False) as status:
     progress = st.progress(0.0)
     for done, method in enumerate(settings["methods"], start=1):
         status.update(label=f"Predicting with {method} ({done}/{len(settings['methods'])})…")
         try:
-            run = predict_with_intervals if settings.get("intervals") else shared.predict_method
-            frames.append(run(*key, method))
+            frame, computed_at = predict_cells(*key, method, bool(settings.get("intervals")))
         except (RecordsError, ValueError) as exc:
             status.update(label=f"{method} failed", state="error", expanded=True)
             shared.alert("error", "A method could not run.", f"{method}: {exc}")
             st.stop()
+        frames.append(frame)
+        computed += computed_at >= started
         progress.progress(done / len(settings["methods"]))
-    took = time.perf_counter() - started
+    took = time.time() - started
+    cached = len(settings["methods"]) - computed
     status.update(
         label=f"Predictions: {len(settings['methods'])} method(s), {len(models)} models × "
-        f"{cells['task'].nunique()} tasks in {took:.1f} s"
-        + (" (read from the cache: computed earlier for these settings)" if took < 0.3 else ""),
+        f"{cells['task'].nunique()} tasks in {took:.1f} s ({computed} computed now, {cached} "
+        "read from the cache of earlier runs with these settings)",
         state="complete",
     )
 predictions = views.prediction_export(pd.concat(frames, ignore_index=True))

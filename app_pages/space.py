@@ -1,5 +1,7 @@
 """Perspective space: PKPS next to DKPS, coloured by a task's score, with neighbours."""
 
+import time
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -8,7 +10,7 @@ import streamlit as st
 import app_shared as shared
 from pkps_core import views
 from pkps_core.records import RecordsError
-from pkps_core.space import BANDWIDTH_GRID, RESPONSE_KERNELS
+from pkps_core.space import BANDWIDTH_GRID, RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
 
 MAX_SELECTED = 5
 
@@ -45,7 +47,9 @@ if not (cross_validate or query_kernel == "delta"):
         format_func=bandwidth_text,
         key="bandwidth",
     )
-response_kernel = controls[2].selectbox("Response kernel", RESPONSE_KERNELS, key="response_kernel")
+response_kernel = controls[2].selectbox(
+    "Response kernel", RESPONSE_KERNEL_CHOICES, key="response_kernel", help=RESPONSE_KERNEL_NOTE
+)
 n_components = controls[3].number_input("MDS dimension d", 2, 32, 8, key="n_components")
 colour_task = controls[4].selectbox("Colour by task", tasks, key="colour_task")
 view = controls[5].radio("2-D view", ["MDS axes 1–2", "UMAP"], key="view")
@@ -68,17 +72,26 @@ try:
         cost = shared.rbf_estimate(path, version, query_kernel)
         if cost["seconds"] > shared.SLOW_FIT_SECONDS:
             duration = views.duration_text(cost["seconds"])
-            st.warning(
-                f"The RBF response kernel compares every pair of the {cost['responses']:,} "
-                f"responses ({cost['responses'] ** 2:.2g} pairs), {cost['passes']} times (each "
-                f"bandwidth of the cross-validation, and DKPS): {duration} on this machine "
-                "now (estimated from a timed sample). Linear and cosine take a fast "
-                "factorised path."
-            )
-            if not st.button(f"Fit with the RBF response kernel ({duration})", key="fit_rbf"):
+            offer = st.empty()  # the warning and button go once the fit is done
+            with offer.container():
+                st.warning(
+                    f"The RBF response kernel compares every pair of the "
+                    f"{cost['responses']:,} responses ({cost['responses'] ** 2:.2g} pairs), "
+                    f"{cost['passes']} times (each bandwidth of the cross-validation, and "
+                    f"DKPS): {duration} on this machine now (estimated from a timed sample). "
+                    "The linear kernel takes a fast factorised path."
+                )
+                clicked = st.button(f"Fit with the RBF response kernel ({duration})", key="fit_rbf")
+            if not clicked:
                 st.stop()
+            fit_started = time.perf_counter()
             left, right = shared.run_with_progress(
                 fit_both, cost["seconds"], "Fitting the RBF response kernel…", slow_key
+            )
+            offer.caption(
+                f"Fitted with the RBF response kernel in "
+                f"{views.duration_text(time.perf_counter() - fit_started)} "
+                f"(estimated {duration})."
             )
         else:
             left, right = fit_both()
@@ -89,11 +102,12 @@ except (RecordsError, ValueError) as exc:
     st.stop()
 if cross_validate or query_kernel == "delta":
     # disabled, showing the bandwidth in use: CV's choice, or 0 for the delta kernel
+    # a keyed widget ignores value= after its first run: the state carries what was used
+    st.session_state["bandwidth_shown"] = views.chosen_multiple(left, BANDWIDTH_OPTIONS)
     slider_slot.select_slider(
         BANDWIDTH_LABEL
         + (" — chosen by cross-validation" if query_kernel == "rbf" else " — delta kernel"),
         options=BANDWIDTH_OPTIONS,
-        value=views.chosen_multiple(left, BANDWIDTH_OPTIONS),
         format_func=bandwidth_text,
         disabled=True,
         key="bandwidth_shown",
@@ -106,6 +120,7 @@ if query_kernel == "rbf":
         f"{left.median_query_distance:.4g}; 0 is the delta limit) · kernel sums: "
         f"{left.affinity_path}"
     )
+st.caption(f"Response kernel: {RESPONSE_KERNEL_NOTE}")
 if query_kernel == "rbf" and cross_validate:
     with st.expander("Cross-validation error by bandwidth", expanded=False):
         # the delta limit (multiple 0) has no place on a log axis: it is the dashed line

@@ -22,6 +22,7 @@ from pkps_core.reading import read_records
 from pkps_core.records import RecordsError, check_score_range
 from pkps_core.report import add_parser as add_report_parser
 from pkps_core.report import add_percent_argument
+from pkps_core.space.kernels import RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
 from pkps_core.text import terminal_safe, terminal_safe_frame
 
 
@@ -364,10 +365,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget",
         type=int,
         default=4,
-        help="with --targets: responses each target keeps per task, drawn with --seed "
-        "(default 4)",
+        help="with --targets: responses each target keeps per task, drawn with --seed (default 4)",
     )
-    pred.add_argument("--response-kernel", choices=["linear", "rbf", "cosine"], default="linear")
+    pred.add_argument(
+        "--response-kernel",
+        choices=RESPONSE_KERNEL_CHOICES,
+        default="linear",
+        help=RESPONSE_KERNEL_NOTE,
+    )
     pred.add_argument("--self-pairs", choices=["include", "exclude"], help=SELF_PAIRS_HELP)
     pred.add_argument("--components", type=int, default=8, help="MDS dimension d")
     pred.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
@@ -386,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     nxt.add_argument("--method", default="pkps", help="whose intervals rank the cells")
     nxt.add_argument("--holdout", choices=["model", "family"], default="model")
     nxt.add_argument("--bandwidth", type=_bandwidth, default="cv", help="cv | median | FLOAT")
-    nxt.add_argument("--response-kernel", choices=["linear", "rbf", "cosine"], default="linear")
+    nxt.add_argument("--response-kernel", choices=RESPONSE_KERNEL_CHOICES, default="linear")
     nxt.add_argument("--self-pairs", choices=["include", "exclude"], help=SELF_PAIRS_HELP)
     nxt.add_argument("--components", type=int, default=8, help="MDS dimension d")
     nxt.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
@@ -468,9 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--methods", type=_csv_list, default=None, help="comma-separated (default per protocol)"
     )
-    evaluate.add_argument(
-        "--response-kernel", choices=["linear", "rbf", "cosine"], default="linear"
-    )
+    evaluate.add_argument("--response-kernel", choices=RESPONSE_KERNEL_CHOICES, default="linear")
     evaluate.add_argument("--query-components", type=int, default=None, help="query PCA size")
     evaluate.add_argument(
         "--response-components", type=_components, default=None, help="response PCA: INT | elbow"

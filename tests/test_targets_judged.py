@@ -73,8 +73,8 @@ def test_targets_keep_the_budget_and_are_judged_against_their_full_data(cache):
     # a cell that hides nothing has nothing to be judged against
     everything = mask_targets(cache, targets, 8, seed=1)
     assert everything.loc[everything["model"].isin(targets), "reference_score"].isna().all()
-    # a reference_score the input gives is the truth it keeps
-    given = mask_targets(cache.assign(reference_score=0.25), targets, 3, seed=1)
+    # a reference_score the input gives is the truth it keeps, even where nothing is hidden
+    given = mask_targets(cache.assign(reference_score=0.25), targets, 8, seed=1)
     assert (given["reference_score"] == 0.25).all()
     with pytest.raises(RecordsError, match="at least 1"):
         mask_targets(cache, targets, 0)

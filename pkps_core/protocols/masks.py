@@ -362,7 +362,8 @@ def mask_targets(records: pd.DataFrame, targets, budget: int, *, seed: int = 0) 
     from every method), and its ``reference_score`` becomes the mean of all its scored
     responses (the input's ``reference_score`` where it gives one), so a prediction is
     never judged against data it used. A target cell with at most ``budget`` responses
-    hides nothing, so it gets no reference (NaN): nothing there is held out to judge.
+    hides nothing, so unless the input gives its ``reference_score`` it gets no
+    reference (NaN): nothing there is held out to judge.
     Every other cell keeps its rows, and its ``reference_score`` is its reference as
     before (the input's, else its sample score, :func:`pkps_core.records.cell_table`).
 
@@ -405,6 +406,9 @@ def mask_targets(records: pd.DataFrame, targets, budget: int, *, seed: int = 0) 
     else:
         full = np.full(len(frame), np.nan)
     given = "reference_score" in frame.columns
+    frame["reference_given"] = (
+        frame["reference_score"].notna().to_numpy() if given else np.zeros(len(frame), bool)
+    )
     # the others' references as they were: the input's where it has the column
     frame["reference_score"] = np.where(
         is_target | (not given), full, frame["reference_score"] if given else np.nan
@@ -412,7 +416,12 @@ def mask_targets(records: pd.DataFrame, targets, budget: int, *, seed: int = 0) 
     thinned = subsample_cells(frame[is_target], int(budget), rho=0.0, random_state=int(seed))
     size = frame[is_target].groupby(["model", "task"]).size()
     hid_nothing = size.reindex(pd.MultiIndex.from_frame(thinned[["model", "task"]])) <= budget
-    thinned.loc[hid_nothing.to_numpy(), "reference_score"] = np.nan
+    # a truth made of the very responses the prediction saw judges nothing; a given
+    # reference_score is independent of them and stays
+    own_truth = ~thinned["reference_given"].to_numpy(dtype=bool)
+    thinned.loc[hid_nothing.to_numpy() & own_truth, "reference_score"] = np.nan
+    thinned = thinned.drop(columns="reference_given")
+    frame = frame.drop(columns="reference_given")
     return pd.concat([frame[~is_target], thinned[list(frame.columns)]], ignore_index=True)
 
 

@@ -15,13 +15,21 @@ from pkps_core.space.estimator import (
     PerspectiveSpace,
     classical_mds,
 )
-from pkps_core.space.kernels import RESPONSE_KERNELS, KernelSums, ResponseLayout
+from pkps_core.space.kernels import (
+    RESPONSE_KERNEL_CHOICES,
+    RESPONSE_KERNEL_NOTE,
+    RESPONSE_KERNELS,
+    KernelSums,
+    ResponseLayout,
+)
 from pkps_core.space.prepare import PreparedCache, prepare_cache, zhu_ghodsi_elbows
 
 __all__ = [
     "BANDWIDTH_GRID",
     "QUERY_KERNELS",
     "RESPONSE_KERNELS",
+    "RESPONSE_KERNEL_CHOICES",
+    "RESPONSE_KERNEL_NOTE",
     "AffinityEngine",
     "KernelSums",
     "PerspectiveSpace",
