@@ -15,6 +15,14 @@ process that opens the store, reads the kept fit and reports the upload; and a f
 of responses-only new models (10 held-out models × 17 draws of 4 responses per task =
 167 models against 30 references) against ``predict --targets``'s path (one
 :func:`pkps_core.predict.predict` call with every new model as a target) in the same run.
+
+The Done-when lines of the predictor's issue compare with the refit path "today", the day
+the issue was filed: ``--baseline REV`` (default :data:`FILED_AT`, the commit before the
+predictor's first) checks that revision out in a temporary git worktree and times its
+refit path for the same new model and its ``predict --targets`` path for the same batch,
+on the same records (embedded here, handed over as Parquet), in the same run. The refit
+path of this checkout is timed too: it shares the predictor's speed-ups (closed-form
+ridges, shadows appended to the prepared references), so both ratios are printed.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import pandas as pd
 
 ALPACA = Path(__file__).resolve().parents[2] / "shared/data/alpaca_eval/alpaca_eval_40.parquet"
 HELD_OUT = 5
+FILED_AT = "af48532^"  # the refit path as it was when the predictor's issue was filed
 BATCH_MODELS, BATCH_DRAWS, BATCH_SIZE = 10, 17, 167
 
 COLD = """
@@ -53,6 +62,54 @@ print(f"{time.perf_counter() - started:.2f}")
 """
 
 
+BASELINE = """
+import sys, time
+import pandas as pd
+from pkps_core.predict import build_context, predict
+from pkps_core.views.new_model import new_model_report
+combined = pd.read_parquet(sys.argv[1])
+started = time.perf_counter()
+new_model_report(combined, sys.argv[2])
+refit = time.perf_counter() - started
+everything = pd.read_parquet(sys.argv[3])
+keep = sorted(pd.read_parquet(sys.argv[4])["model"])
+started = time.perf_counter()
+predict(build_context(everything, holdout="family", targets=keep), ["ensemble"], intervals=0.9)
+print(refit, time.perf_counter() - started)
+"""
+
+
+def _baseline(revision: str, workdir: Path, *arguments: object) -> tuple[float, float] | None:
+    """The refit path and ``predict --targets``'s path of ``revision`` on the same files
+    (None, with a note, where the revision is not in this clone)."""
+    root = Path(__file__).resolve().parents[1]
+    tree = workdir / "baseline"
+    added = subprocess.run(
+        ["git", "-C", str(root), "worktree", "add", "--detach", str(tree), revision],
+        capture_output=True,
+        text=True,
+    )
+    if added.returncode:
+        print(f"baseline {revision} skipped: {added.stderr.strip()}", file=sys.stderr)
+        return None
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", BASELINE, *map(str, arguments)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+        )
+        refit, batch = map(float, done.stdout.split()[-2:])
+        return refit, batch
+    finally:
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
+            capture_output=True,
+        )
+
+
 def _thin(records: pd.DataFrame, m: int, seed: int) -> pd.DataFrame:
     return records.groupby(["model", "task"]).sample(m, random_state=seed)
 
@@ -66,6 +123,12 @@ def _timed(function, *args, **kwargs):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the markdown table here too")
+    parser.add_argument(
+        "--baseline",
+        default=FILED_AT,
+        help="git revision whose refit paths are timed in the same run ('' to skip; default "
+        "%(default)s: the day the predictor's issue was filed)",
+    )
     args = parser.parse_args()
     if not ALPACA.exists():
         print(f"skipped: {ALPACA} is absent")
@@ -188,6 +251,22 @@ def main() -> None:
     record(f"batch: {len(keep)} responses-only models, fit (m = 4 profile)", batch_fit)
     record(f"batch: {len(keep)} models placed in one call", fast_batch)
     record("batch: the same through predict --targets's path", slow_batch)
+    baseline = None
+    if args.baseline:
+        combined_file, batch_file, keep_file = (
+            workdir / "combined.parquet",
+            workdir / "batch.parquet",
+            workdir / "keep.parquet",
+        )
+        combined.to_parquet(combined_file)
+        everything.to_parquet(batch_file)
+        pd.DataFrame({"model": keep}).to_parquet(keep_file)
+        baseline = _baseline(
+            args.baseline, workdir, combined_file, new_models[0], batch_file, keep_file
+        )
+    if baseline is not None:
+        record(f"filed-day refit path ({args.baseline}): one new model", baseline[0])
+        record(f"filed-day predict --targets path ({args.baseline}): the batch", baseline[1])
     lines = ["| step | seconds |", "|---|---|"]
     lines += [f"| {name} | {value:.2f} |" for name, value in rows]
     lines.append("")
@@ -197,6 +276,13 @@ def main() -> None:
         f"batch predict --targets / placed = {slow_batch / fast_batch:.0f}×; "
         f"fit / one refit = {fit_seconds / refit:.1f}×."
     )
+    if baseline is not None:
+        lines.append(
+            f"Against the filed-day paths ({args.baseline}), same run: batch predict --targets / "
+            f"placed = {baseline[1] / fast_batch:.0f}×; fit / one refit = "
+            f"{fit_seconds / baseline[0]:.1f}×; refit / warm total = "
+            f"{baseline[0] / warm_total:.0f}×."
+        )
     text = "\n".join(lines)
     print(text)
     if args.out:

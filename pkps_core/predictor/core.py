@@ -514,10 +514,19 @@ class ReferencePredictor:
             raise RuntimeError("the predictor is not fitted; call fit() or load it from a store")
         new, renamed = self._new_records(records)
         groups: dict[str, tuple[Profile, list[str]]] = {}
-        for model, part in new.groupby("model", sort=True):
-            counts = part.groupby("task").size().reindex(self.tasks_, fill_value=0).to_numpy()
-            scored = "score" in part.columns and bool(part["score"].notna().any())
-            profile = profile_of(counts, scored, self.tasks_, self.budgets)
+        counts = (
+            new.groupby(["model", "task"], sort=True, observed=True)
+            .size()
+            .unstack("task", fill_value=0)
+            .reindex(columns=self.tasks_, fill_value=0)
+        )
+        with_scores = (
+            new["score"].notna().groupby(new["model"], observed=True).any()
+            if "score" in new.columns
+            else pd.Series(False, index=counts.index)
+        )
+        for model, row in zip(counts.index, counts.to_numpy(), strict=True):
+            profile = profile_of(row, bool(with_scores[model]), self.tasks_, self.budgets)
             groups.setdefault(profile.key, (profile, []))[1].append(str(model))
         frames, contexts = [], []
         for profile, models in groups.values():

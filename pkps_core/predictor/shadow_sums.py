@@ -18,6 +18,7 @@ The queries are taken in blocks so memory stays bounded.
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 
 from pkps_core.space import kernels
 
@@ -102,12 +103,20 @@ def shadow_pair_sums(
         flat = y.reshape(len(row_models), -1)
         delta = None
         for b, query_kernel in enumerate(kernels_by_bandwidth):
-            if query_kernel is None:  # a shadow's response meets one query: scatter
+            if query_kernel is None:  # a shadow's response meets one query
                 if delta is None:
                     delta = _delta_block(
-                        block, query_idx[all_rows], features[all_rows], owner, len(shadow_models)
+                        y,
+                        counts,
+                        block,
+                        query_idx[all_rows],
+                        features[all_rows],
+                        owner,
+                        len(shadow_models),
                     )
-                w, mass = delta
+                numerators[b, row_models] += delta[0]
+                denominators[b, row_models] += delta[1]
+                continue
             else:
                 # (shadows, block, their responses): kQ(u_q, u_{q_l}), 0 for the padding
                 columns = query_kernel[padded_queries[:, None, :], block[None, :, None]]
@@ -116,34 +125,48 @@ def shadow_pair_sums(
                 mass = columns.sum(axis=2)
             numerators[b, row_models] += flat @ w.reshape(len(shadow_models), -1).T
             denominators[b, row_models] += counts @ mass.T
-    # each shadow with itself: its responses' Gram matrix once, weighted per bandwidth
-    for k, own in enumerate(shadow_rows):
-        q = query_idx[own]
-        gram = features[own] @ features[own].T
-        same_query = q[:, None] == q[None, :]
+    # each shadow with itself, shadows in chunks: their responses' Gram matrices (padded
+    # rows are zero vectors and weigh 0), weighted by the query kernel per bandwidth
+    chunk = max(1, BLOCK_BYTES // (8 * 3 * max(longest, 1) ** 2))
+    for first in range(0, len(shadow_models), chunk):
+        part = slice(first, first + chunk)
+        queries, here = padded_queries[part], present[part]
+        pair_present = here[:, :, None] & here[:, None, :]
+        features_here = padded_features[part]
+        gram = np.matmul(features_here, features_here.transpose(0, 2, 1))
+        own = np.arange(len(shadow_models))[part]
         for b, query_kernel in enumerate(kernels_by_bandwidth):
             if query_kernel is None:
-                numerators[b, shadow_models[k], k] = np.sum(gram[same_query])
-                denominators[b, shadow_models[k], k] = np.sum(same_query)
+                weight = (queries[:, :, None] == queries[:, None, :]) & pair_present
             else:
-                same = query_kernel[np.ix_(q, q)]
-                numerators[b, shadow_models[k], k] = np.sum(same * gram)
-                denominators[b, shadow_models[k], k] = np.sum(same)
+                weight = query_kernel[queries[:, :, None], queries[:, None, :]] * pair_present
+            numerators[b, shadow_models[part], own] = np.einsum("sij,sij->s", weight, gram)
+            denominators[b, shadow_models[part], own] = weight.sum(axis=(1, 2))
     return [(numerators[b], denominators[b]) for b in range(len(bandwidths))]
 
 
-def _delta_block(block, queries, vectors, owner, n_shadows):
-    """The delta query kernel's ``W_s[q]`` and ``w_s[q]`` for one block of queries: each
-    shadow's own response to ``q`` (a model answers a query at most once) and 1 where it
-    answered, zero elsewhere, so the sums are the same two matrix products as the RBF
-    kernel's instead of a gather per response."""
-    inside = (queries >= block[0]) & (queries <= block[-1])
-    local, owner = queries[inside] - block[0], owner[inside]
-    w = np.zeros((n_shadows, len(block), vectors.shape[1]))
-    mass = np.zeros((n_shadows, len(block)))
-    w[owner, local] = vectors[inside]
-    mass[owner, local] = 1.0
-    return w, mass
+def _delta_block(y, counts, block, queries, vectors, owner, n_shadows):
+    """The delta query kernel's sums of the rows with every shadow for one block of
+    queries: a shadow response ``l`` meets only the rows' responses to its own query,
+    ``N[i, s] += Y_i[q_l] · x_l`` — one small product per query of the block (the rows'
+    vectors for that query against the shadow responses to it), then summed per shadow,
+    instead of a dense product over every query of the block."""
+    inside = np.flatnonzero((queries >= block[0]) & (queries <= block[-1]))
+    local = queries[inside] - block[0]
+    order = np.argsort(local, kind="stable")
+    inside, local = inside[order], local[order]
+    values = np.empty((y.shape[0], len(inside)))
+    edges = np.flatnonzero(np.diff(local)) + 1
+    for start, stop in zip(np.r_[0, edges], np.r_[edges, len(local)], strict=True):
+        if stop > start:
+            values[:, start:stop] = y[:, local[start], :] @ vectors[inside[start:stop]].T
+    owners = sparse.csr_matrix(
+        (np.ones(len(inside)), (np.arange(len(inside)), owner[inside])),
+        shape=(len(inside), n_shadows),
+    )
+    numerator = np.asarray((owners.T @ values.T).T)
+    denominator = np.asarray((owners.T @ counts[:, local].T).T)
+    return numerator, denominator
 
 
 def _per_query_sums(model_idx, query_idx, features, block, n_models):
