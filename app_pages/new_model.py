@@ -311,13 +311,22 @@ with next_tab:
         },
     )
 with export:
-    buttons = st.columns(2)
+    buttons = st.columns(3)
     buttons[0].download_button(
         "Report rows (CSV)",
         export_bytes(result.rows(), "csv"),  # formula-like cells neutralised
         file_name="new_model_report.csv",
         mime="text/csv",
         key="new_model_csv",
+        help="One row per task.",
+    )
+    buttons[2].download_button(
+        "Overall (CSV)",
+        export_bytes(result.overall_rows(), "csv"),
+        file_name="new_model_overall.csv",
+        mime="text/csv",
+        key="new_model_overall_csv",
+        help="The overall score, its interval and the rank, in a file of its own.",
     )
     buttons[1].download_button(
         "Report with figures (HTML)",

@@ -159,7 +159,18 @@ with st.status("Predicting…", expanded=False) as status:
         "read from the cache of earlier runs with these settings)",
         state="complete",
     )
-predictions = views.prediction_export(pd.concat(frames, ignore_index=True))
+predictions = views.prediction_export(
+    pd.concat(frames, ignore_index=True),
+    targets=settings["targets"],
+    settings={
+        "holdout": settings["holdout"],
+        "bandwidth": settings["bandwidth"],
+        "response_kernel": settings["response_kernel"],
+        "budget": key[-1] if settings["targets"] else None,
+        "seed": 0,
+        "self_pairs": None,  # the default: exclude with targets, else include
+    },
+)
 evaluated = settings["targets"] or None
 
 summary_tab, task_tab, cells_tab, next_tab, export_tab = st.tabs(

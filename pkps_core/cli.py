@@ -159,7 +159,7 @@ def _input_records(args: argparse.Namespace, client=None) -> pd.DataFrame:
 def cmd_predict(args: argparse.Namespace) -> int:
     from pkps_core.predict import predict, reference_is_sample
     from pkps_core.protocols.masks import mask_targets
-    from pkps_core.views import mae_caption, mae_table
+    from pkps_core.views import mae_caption, mae_table, prediction_export
 
     _check_table_outputs(args.out)
     if args.budget < 1:
@@ -180,7 +180,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
             intervals=args.interval,
         )
     elapsed = time.perf_counter() - started
-    write_table(predictions, args.out)
+    settings = {
+        "holdout": args.holdout,
+        "bandwidth": str(args.bandwidth),
+        "response_kernel": args.response_kernel,
+        "budget": args.budget if args.targets else None,
+        "seed": args.seed,
+        "self_pairs": args.self_pairs,
+    }
+    write_table(
+        prediction_export(predictions, targets=args.targets or (), settings=settings), args.out
+    )
     print(f"wrote {len(predictions)} predictions to {args.out} in {elapsed:.1f} s")
     if args.interval is not None:
         flagged = predictions.groupby("method")["extrapolation"].sum()

@@ -250,6 +250,8 @@ def report_html(report: NewModelReport) -> str:
         "<ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in report.warnings) + "</ul>"
         if report.warnings
         else "<p>No extrapolation warning.</p>",
+        "<h2>Overall</h2>",
+        _table_html(report.overall_rows()),
         "<h2>Per task</h2>",
         _table_html(report.rows()),
         tasks_figure(report).to_html(full_html=False, include_plotlyjs=True),
@@ -293,11 +295,18 @@ def report_text(report: NewModelReport) -> str:
     return "\n".join(lines)
 
 
+def _overall_csv(path: str) -> Path:
+    """Where ``--csv``'s overall row goes: ``NAME-overall.csv`` beside the task rows."""
+    target = Path(path)
+    return target.with_name(f"{target.stem}-overall{target.suffix or '.csv'}")
+
+
 def _report_outputs(args: argparse.Namespace) -> list[Path]:
     """The files ``report`` will write (``--out``, the PNG map beside it), each checked
     writable; ``--csv`` is checked too."""
     if args.csv:
         check_writable(args.csv)
+        check_writable(_overall_csv(args.csv))
     if not args.out:
         return []
     target = Path(args.out)
@@ -341,6 +350,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     name = terminal_safe(report.model)
     if args.csv:
         write_table(report.rows(), args.csv, "csv")
+        write_table(report.overall_rows(), _overall_csv(args.csv), "csv")
     if args.out and Path(args.out).suffix.lower() == ".png":
         try:
             pngs = report_pngs(report)
@@ -456,7 +466,11 @@ def add_parser(sub) -> None:
         "(NAME.png per task, NAME-map.png the PKPS map; needs kaleido and a Chromium); "
         "else print a summary",
     )
-    parser.add_argument("--csv", help="also write the per-task rows as CSV here")
+    parser.add_argument(
+        "--csv",
+        help="also write the per-task rows as CSV here, and the overall row beside it "
+        "(NAME-overall.csv)",
+    )
     parser.add_argument("--holdout", choices=["model", "family"], default="family")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -30,9 +30,7 @@ def scored_upload(store: Path) -> pd.DataFrame:
         records = db.records(with_embeddings=False)
     model = sorted(records["model"].unique())[7]
     own = records[records["model"] == model].head(20)
-    return own[["model", "task", "query_id", "query", "response", "score"]].assign(
-        model=UPLOADED
-    )
+    return own[["model", "task", "query_id", "query", "response", "score"]].assign(model=UPLOADED)
 
 
 def errors(at: AppTest) -> str:

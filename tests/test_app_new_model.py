@@ -63,7 +63,11 @@ def test_new_model_page_predicts_a_store_model(demo_store):
     tables = [d.value for d in at.dataframe]
     assert len(tables[0]) == DEMO_SETTINGS["n_tasks"]  # per task
     downloads = [b for b in at.get("download_button")]
-    assert {b.proto.label for b in downloads} == {"Report rows (CSV)", "Report with figures (HTML)"}
+    assert {b.proto.label for b in downloads} == {
+        "Report rows (CSV)",
+        "Overall (CSV)",
+        "Report with figures (HTML)",
+    }
 
     other = at.selectbox(key="new_model_pick").options[5]
     at.selectbox(key="new_model_pick").set_value(other).run()

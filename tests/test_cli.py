@@ -21,6 +21,13 @@ COLUMNS = [
     "upper",
     "extrapolation",
     "extrapolation_reason",
+    "target",
+    "holdout",
+    "bandwidth",
+    "response_kernel",
+    "budget",
+    "seed",
+    "self_pairs",
 ]
 
 

@@ -176,13 +176,15 @@ def test_next_cells_spread_the_queries_fewest_responses_first(result):
     assert list(ranking["rank"]) == list(range(1, len(ranking) + 1))
 
 
-def test_report_rows_end_with_the_overall_row(result):
+def test_report_rows_are_tasks_and_the_overall_is_apart(result):
     rows = result.rows()
-    assert len(rows) == len(result.tasks) + 1
-    last = rows.iloc[-1]
-    assert last["task"] == "(overall)"
-    assert last["prediction"] == pytest.approx(result.overall["prediction"])
+    assert len(rows) == len(result.tasks) and "(overall)" not in set(rows["task"])
     assert (rows["model"] == TARGET).all()
+    overall = result.overall_rows()
+    assert len(overall) == 1 and "task" not in overall.columns
+    assert overall["prediction"].iloc[0] == pytest.approx(result.overall["prediction"])
+    assert overall["rank"].iloc[0] == result.rank["rank"]
+    assert "query-weighted" in overall["averaging"].iloc[0]
 
 
 def test_unknown_model_is_refused(records):

@@ -333,11 +333,18 @@ def test_per_task_mae_averages_to_the_cells(predictions):
 
 @pytest.mark.parametrize("file_format", ["csv", "parquet"])
 def test_export_round_trips_with_the_cli_columns(predictions, file_format):
-    exported = views.prediction_export(predictions.assign(extra=1))
+    target = predictions["model"].iloc[0]
+    exported = views.prediction_export(
+        predictions.assign(extra=1),
+        targets=[target],
+        settings={"holdout": "family", "budget": 4},
+    )
     data = views.export_bytes(exported, file_format)
     reader = pd.read_csv if file_format == "csv" else pd.read_parquet
     back = reader(io.BytesIO(data))
-    assert tuple(back.columns) == OUTPUT_COLUMNS
+    assert tuple(back.columns) == (*OUTPUT_COLUMNS, "target", "holdout", "budget")
+    assert back["target"].tolist() == (back["model"] == target).tolist()
+    assert (back["holdout"] == "family").all() and (back["budget"] == 4).all()
     assert len(back) == len(predictions)
     np.testing.assert_allclose(back["prediction"], predictions["prediction"])
     with pytest.raises(ValueError, match="csv"):

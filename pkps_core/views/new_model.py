@@ -113,22 +113,33 @@ class NewModelReport:
     computed_at: float = field(default_factory=time.time)
 
     def rows(self) -> pd.DataFrame:
-        """The per-task rows and an ``(overall)`` row: the report's CSV."""
+        """The per-task rows: the report's CSV (the overall is :meth:`overall_rows`, a
+        table of its own, so a reader never averages it in with the tasks)."""
+        return self.tasks.assign(model=self.model, method=self.method)[
+            ["model", "method", *TASK_COLUMNS]
+        ]
+
+    def overall_rows(self) -> pd.DataFrame:
+        """The overall score in one row: query-weighted means over the tasks, the rank and
+        its interval (the report's second CSV)."""
         overall = {
-            "task": "(overall)",
+            "model": self.model,
+            "method": self.method,
+            "tasks_predicted": self.overall["tasks_predicted"],
+            "tasks": self.overall["tasks"],
             "task_queries": int(self.tasks["task_queries"].sum()),
             "n_responses": int(self.tasks["n_responses"].sum()),
             **{k: self.overall[k] for k in ("sample_score", "prediction", "lower", "upper")},
             "reference_score": self.overall["reference_score"],
-            "extrapolation": bool(self.tasks["extrapolation"].any()),
-            "extrapolation_reason": "",
-            "note": f"rank {self.rank['rank']} of {self.rank['references'] + 1} "
-            f"(interval {self.rank['best']}–{self.rank['worst']})",
+            "rank": self.rank["rank"],
+            "rank_best": self.rank["best"],
+            "rank_worst": self.rank["worst"],
+            "ranked_among": self.rank["references"] + 1,
+            "level": self.level,
+            "holdout": self.holdout,
+            "averaging": "query-weighted mean over the predicted tasks",
         }
-        frame = pd.concat([self.tasks, pd.DataFrame([overall])], ignore_index=True)
-        return frame.assign(model=self.model, method=self.method)[
-            ["model", "method", *TASK_COLUMNS]
-        ]
+        return pd.DataFrame([overall])
 
 
 def weighted_mean(values: pd.Series, weights: pd.Series) -> float:

@@ -112,9 +112,21 @@ def export_bytes(frame: pd.DataFrame, file_format: str) -> bytes:
     return table_bytes(frame, file_format)
 
 
-def prediction_export(predictions: pd.DataFrame) -> pd.DataFrame:
-    """Predictions with exactly the CLI's output columns, in its order."""
-    return predictions.loc[:, list(OUTPUT_COLUMNS)].reset_index(drop=True)
+def prediction_export(
+    predictions: pd.DataFrame,
+    *,
+    targets: Sequence[str] = (),
+    settings: dict | None = None,
+) -> pd.DataFrame:
+    """Predictions as the CLI writes them: its output columns, then ``target`` (the model
+    was predicted as new: thinned to the budget, judged against its full data) and one
+    column per setting the run used (``holdout``, ``bandwidth``, ``response_kernel``,
+    ``budget``, …), so a file read tomorrow says how it was made."""
+    out = predictions.loc[:, list(OUTPUT_COLUMNS)].reset_index(drop=True)
+    out["target"] = out["model"].isin(list(targets))
+    for name, value in (settings or {}).items():
+        out[name] = "" if value is None else value
+    return out
 
 
 def error_bar_frame(predictions: pd.DataFrame) -> pd.DataFrame:
