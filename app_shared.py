@@ -20,7 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from pkps_core import views
-from pkps_core.demo import demo_path, ensure_demo_store
+from pkps_core.demo import data_dir, demo_path, ensure_demo_store
 from pkps_core.predict import PredictionContext, build_context
 from pkps_core.protocols.masks import mask_targets
 from pkps_core.records import cell_table
@@ -91,8 +91,64 @@ def open_store(path: str) -> Store:
     return Store(path, hold=False)
 
 
+def store_folder() -> Path:
+    """The folder the app opens and creates stores in (``$PKPS_DATA_DIR``, default
+    ``data/``); the store named at launch (``$PKPS_STORE``) is allowed besides."""
+    return data_dir()
+
+
+def confine(name: str) -> tuple[Path | None, str | None]:
+    """:func:`views.confined_store_path` in the app's store folder."""
+    return views.confined_store_path(name, store_folder(), allowed=[default_store_path()])
+
+
+def _store_from_url() -> str | None:
+    """The store the URL names (``?store=``), if it is an existing store inside the store
+    folder; else None, with the reason kept for the sidebar (nothing is created)."""
+    name = st.query_params.get("store")
+    if not name:
+        return None
+    path, problem = confine(name)
+    if problem is None and not path.is_file():
+        problem = f"There is no store {name!r} in the store folder {store_folder()}."
+    if problem is not None:
+        st.session_state["url_store_problem"] = f"{problem}"
+        return None
+    return str(path)
+
+
+def url_name(path: str) -> str:
+    """How a store is named in the URL: relative to the store folder where it is inside."""
+    resolved = Path(path).resolve()
+    folder = store_folder().resolve()
+    return str(resolved.relative_to(folder)) if resolved.is_relative_to(folder) else str(resolved)
+
+
 def active_path() -> str:
-    return st.session_state.setdefault("store_path", default_store_path())
+    """The session's store: the URL's, else the default; kept in the URL, so a reload, a
+    second tab or a shared link opens the same store."""
+    if "store_path" not in st.session_state:
+        st.session_state["store_path"] = _store_from_url() or default_store_path()
+    path = st.session_state["store_path"]
+    st.query_params["store"] = url_name(path)
+    return path
+
+
+def url_setting(key: str, options) -> None:
+    """Before a keyed widget: take its value from the URL on a session's first run (when it
+    is one of ``options``). After it, :func:`keep_in_url` writes the value back."""
+    value = st.query_params.get(key)
+    if key not in st.session_state and value is not None:
+        matches = [o for o in options if str(o) == value]
+        if matches:
+            st.session_state[key] = matches[0]
+
+
+def keep_in_url(*keys: str) -> None:
+    """Write the widgets' values to the URL (a reload shows the same view)."""
+    for key in keys:
+        if key in st.session_state:
+            st.query_params[key] = str(st.session_state[key])
 
 
 def active_store() -> Store:
@@ -103,6 +159,7 @@ def switch_store(path: str) -> None:
     """Make ``path`` the active store (opening it now, so errors surface here)."""
     open_store(path)
     st.session_state["store_path"] = path
+    st.query_params["store"] = url_name(path)
 
 
 @st.cache_resource(max_entries=4, show_spinner="Loading the responses and their embeddings…")
@@ -389,6 +446,9 @@ def sidebar() -> None:
         return
     summary = store_summary(path, store.version)
     with st.sidebar:
+        refused = st.session_state.pop("url_store_problem", None)
+        if refused:
+            alert("error", "The link's store was not opened.", refused)
         st.subheader("Store")
         label = "demo (synthetic)" if is_demo(path) else Path(path).name
         st.text(label)
@@ -399,12 +459,20 @@ def sidebar() -> None:
         )
         st.page_link(DATA_PAGE, label="Upload data", icon=":material/upload_file:")
         with st.expander("Switch store"):
+            here = views.stores_in(store_folder())
+            if here:
+                picked = st.selectbox(
+                    f"Stores in {store_folder()}", here, index=None, key="switch_pick"
+                )
+                if picked and st.button("Open this store", key="switch_pick_open"):
+                    _open_from_sidebar(picked, False)
             with st.form("switch_store", border=False):
                 target = st.text_input(
                     "Store file (.duckdb)",
-                    value=path,
-                    help="An existing store, or a new file to create (tick the box below). "
-                    f"Start the app with {STORE_ENV}=… to choose the default.",
+                    value=url_name(path),
+                    help=f"A store in the store folder {store_folder()} (a name, or a path "
+                    "inside it), or a new one to create there (tick the box below). Start "
+                    f"the app with {STORE_ENV}=… to choose the default.",
                 )
                 create = st.checkbox(
                     "Create a new store if the file does not exist",
@@ -422,13 +490,14 @@ def sidebar() -> None:
 
 
 def _open_from_sidebar(target: str, create: bool) -> None:
-    candidate = Path(target.strip()).expanduser()
-    problem = views.store_path_problem(str(candidate), create=create)
+    candidate, problem = confine(target)
+    if problem is None:
+        problem = views.store_path_problem(str(candidate), create=create)
     if problem:
         alert("error", "Cannot open that store.", problem)
         return
     try:
-        switch_store(str(candidate.resolve()))
+        switch_store(str(candidate))
     except (duckdb.Error, OSError) as exc:
         alert("error", "Cannot open that store.", f"{candidate}: {exc}")
         return

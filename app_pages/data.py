@@ -66,14 +66,19 @@ percent_scores = st.checkbox(
 )
 new_path = None
 if destination == "a new store":
-    stem = Path(uploads[0].name).name.split(".")[0] if uploads else "uploaded"
-    new_path = st.text_input("New store file", value=str(data_dir() / f"{stem}.duckdb"))
+    default_name = views.import_store_name([f.name for f in uploads or []], data_dir())
+    new_path = st.text_input(
+        f"New store file (in the store folder {data_dir()})", value=default_name
+    )
 
 if st.button("Import", type="primary", disabled=not uploads):
-    target = active if new_path is None else str(Path(new_path).expanduser().resolve())
     st.session_state.pop("last_import", None)
     with st.status("Importing…", expanded=True) as status:
         try:
+            target, problem = (active, None) if new_path is None else shared.confine(new_path)
+            if problem:
+                raise RecordsError(problem)
+            target = str(target)
             if Path(target).parent == data_dir():
                 data_dir().mkdir(parents=True, exist_ok=True)  # the app's own folder
             problem = views.store_path_problem(target, create=True)

@@ -20,6 +20,8 @@ cells = shared.load_cells(path, version)
 tasks = sorted(cells["task"].unique())
 
 controls = st.columns([1, 2, 1, 1, 1, 1])
+shared.url_setting("query_kernel", ["rbf", "delta"])
+shared.url_setting("response_kernel", RESPONSE_KERNEL_CHOICES)
 query_kernel = controls[0].radio(
     "Query kernel",
     ["rbf", "delta"],
@@ -53,6 +55,7 @@ response_kernel = controls[2].selectbox(
 n_components = controls[3].number_input("MDS dimension d", 2, 32, 8, key="n_components")
 colour_task = controls[4].selectbox("Colour by task", tasks, key="colour_task")
 view = controls[5].radio("2-D view", ["MDS axes 1–2", "UMAP"], key="view")
+shared.keep_in_url("query_kernel", "response_kernel")
 
 bandwidth = "cv" if cross_validate or query_kernel == "delta" else float(multiple)
 settings = (query_kernel, response_kernel, bandwidth, int(n_components))

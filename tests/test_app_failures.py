@@ -34,7 +34,18 @@ def _app() -> AppTest:
 def demo_store(tmp_path, monkeypatch) -> Path:
     path = ensure_demo_store(tmp_path / "demo.duckdb")
     monkeypatch.setenv(shared.STORE_ENV, str(path))
+    monkeypatch.setenv("PKPS_DATA_DIR", str(tmp_path))  # the store folder of these tests
     return path
+
+
+def test_a_store_outside_the_store_folder_is_refused_and_not_created(demo_store, tmp_path):
+    at = _app().run()
+    for outside in ("../elsewhere.duckdb", str(tmp_path.parent / "elsewhere.duckdb")):
+        _switch(at, outside, create=True)
+        assert not at.exception
+        assert "outside the store folder" in _texts(at) or "'..'" in _texts(at)
+        assert not (tmp_path.parent / "elsewhere.duckdb").exists()
+        assert at.session_state["store_path"] == str(demo_store)
 
 
 def _switch(at: AppTest, target: str, create: bool = False) -> AppTest:
@@ -141,7 +152,9 @@ def test_a_target_that_is_not_a_duckdb_file_is_one_line(demo_store, tmp_path):
     at.switch_page(shared.DATA_PAGE).run()
     at.file_uploader(key="upload").set_value([("good.csv", GOOD_CSV, "text/csv")]).run()
     at.radio[0].set_value("a new store").run()
-    next(t for t in at.main.text_input if t.label == "New store file").set_value(str(impostor))
+    next(t for t in at.main.text_input if t.label.startswith("New store file")).set_value(
+        str(impostor)
+    )
     next(b for b in at.button if b.label == "Import").click().run()
     assert not at.exception, [e.message for e in at.exception]
     assert len(at.error) == 1 and "nothing was stored" in at.error[0].value

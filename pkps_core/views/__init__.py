@@ -7,15 +7,18 @@
 from pkps_core.views.costs import duration_text, rbf_fit_seconds, rbf_passes
 from pkps_core.views.data import (
     MODEL_ORDERS,
+    confined_store_path,
     coverage_matrix,
     error_lines,
     family_coverage,
     family_pairedness,
+    import_store_name,
     model_order,
     model_table,
     paginate,
     pairedness_matrix,
     store_path_problem,
+    stores_in,
 )
 from pkps_core.views.experiments import (
     LEVER_LABELS,
@@ -101,7 +104,10 @@ __all__ = [
     "scatter_frame",
     "selected_models",
     "similar_query_responses",
+    "confined_store_path",
+    "import_store_name",
     "store_path_problem",
+    "stores_in",
     "summarize_space",
     "umap_2d",
 ]

@@ -136,6 +136,57 @@ def store_path_problem(path: str, *, create: bool) -> str | None:
     return None
 
 
+def confined_store_path(
+    name: str, folder: Path, *, allowed: Sequence[str] = ()
+) -> tuple[Path | None, str | None]:
+    """``name`` (relative to the store folder, or absolute) resolved, if it stays inside
+    ``folder``: ``(path, None)``, else ``(None, why)`` in one line.
+
+    A served app takes store names from its URL, so a name may not climb out of the store
+    folder: ``..`` is refused, symlinks are resolved before the check (a link inside the
+    folder pointing out of it is outside), and an absolute path must lie inside the
+    folder. The ``allowed`` paths (the store named at launch) are accepted wherever they are.
+    """
+    raw = str(name).strip()
+    if not raw:
+        return None, "No store name given."
+    candidate = Path(raw).expanduser()
+    if ".." in candidate.parts:
+        return None, (
+            f"The store path {raw!r} climbs out with '..'; give a store name inside the store "
+            f"folder {folder}. Nothing was opened or created."
+        )
+    resolved = (candidate if candidate.is_absolute() else Path(folder) / candidate).resolve()
+    if resolved in {Path(a).expanduser().resolve() for a in allowed}:
+        return resolved, None
+    if not resolved.is_relative_to(Path(folder).resolve()):
+        return None, (
+            f"The store path {raw!r} is outside the store folder {folder}; stores are opened "
+            "or created only inside it (set PKPS_DATA_DIR to use another folder). Nothing was "
+            "opened or created."
+        )
+    return resolved, None
+
+
+def stores_in(folder: Path) -> list[str]:
+    """The store files in ``folder`` (names, sorted), for a picker."""
+    folder = Path(folder)
+    return sorted(p.name for p in folder.glob("*.duckdb") if p.is_file()) if folder.is_dir() else []
+
+
+def import_store_name(file_names: Sequence[str], folder: Path) -> str:
+    """A new store's default file name for an import of ``file_names``: the first file's
+    whole name (``x.csv`` → ``x-csv.duckdb``, so ``x.parquet`` does not collide with it),
+    with ``-2``, ``-3``, … where ``folder`` already has a store of that name."""
+    first = Path(file_names[0]).name if file_names else "uploaded"
+    stem = "-".join(part for part in first.split(".") if part) or "uploaded"
+    name, n = f"{stem}.duckdb", 1
+    while (Path(folder) / name).exists():
+        n += 1
+        name = f"{stem}-{n}.duckdb"
+    return name
+
+
 def error_lines(message: str, width: int = 400) -> list[str]:
     """A failure message as short lines, one per problem (a long line is cut at ``width``)."""
     lines = [" ".join(line.split()) for line in str(message).splitlines()]

@@ -219,7 +219,8 @@ def go_to(session: Session, title: str) -> None:
     link = session.page.get_by_test_id("stSidebarNavLink").filter(has_text=title)
     href = link.get_attribute("href")
     link.click()
-    session.page.wait_for_url(href)
+    # the app keeps its store and settings in the query string: match the page's path
+    session.page.wait_for_url(lambda url: url.split("?")[0] == href.split("?")[0])
     wait_for_app(session.page)
     session.main.get_by_test_id("stHeading").filter(has_text=title).first.wait_for()
 
