@@ -1,0 +1,488 @@
+"""The completed leaderboard: every model × task cell of a store, observed or predicted.
+
+Leaderboards are sparse: few models answered every task. :func:`build_leaderboard` fills
+the whole table from a store's records and its fitted reference predictor
+(:mod:`pkps_core.predictor`), and says of each cell how it was obtained:
+
+- **observed** — the cell's full-task score is known: every query of the task (the
+  distinct queries the store holds for it) was answered and scored, or the cell carries a
+  trusted ``reference_score``. Its interval has zero width.
+- **estimated** — some of the task's queries were answered: the new-model ensemble
+  places the model from its own responses (its budget is its profile) and predicts the
+  full-task score with a conformal interval.
+- **predicted** — none answered: the ensemble's completion (LRMC and whitened kNN on the
+  placed coordinates) from the model's other tasks.
+
+Every model with a cell that is not observed is placed as new by the predictor, its own
+stored rows hidden from the run (:meth:`~pkps_core.predictor.ReferencePredictor.predict`),
+one model per call: the predictor hides every renamed model of a call from all models of
+that call, and even a family placed together (its models never inform each other under
+the family holdout) gets other intervals than its models placed alone (the tests show
+0.02 on a synthetic store), so each cell is what the New model page shows for it.
+
+Per model, the overall score is the query-weighted mean of its cells, as the New model
+page defines it (:func:`pkps_core.views.new_model.weighted_mean` with
+:func:`pkps_core.trust.cells.task_query_counts`); its interval is the query-weighted mean
+of the cells' ends (every task at its end at once), and the rank interval comes from
+:func:`pkps_core.views.new_model.rank_interval` against the other models' overall scores.
+The measured quality on a sparse store is in ``docs/leaderboard.md``.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from pkps_core.records import RecordsError, cell_table
+from pkps_core.trust.cells import task_query_counts
+from pkps_core.views.new_model import independent_interval, rank_interval, weighted_mean
+
+__all__ = [
+    "CELL_COLUMNS",
+    "KINDS",
+    "LEVEL",
+    "MODEL_COLUMNS",
+    "Leaderboard",
+    "build_leaderboard",
+    "cell_kinds",
+    "leaderboard_html",
+    "stored_leaderboard",
+]
+
+LEVEL = 0.9
+FIT_KIND = "leaderboard"
+STATE_VERSION = 1
+KINDS = ("observed", "estimated", "predicted")
+KIND_WORDS = {
+    "observed": "observed: every query of the task answered and scored (or a given full score)",
+    "estimated": "estimated: some queries answered; the ensemble predicts the full-task score",
+    "predicted": "predicted: no query answered; completed from the model's other tasks",
+}
+CELL_COLUMNS = (
+    "model",
+    "family",
+    "task",
+    "kind",
+    "value",
+    "lower",
+    "upper",
+    "n_responses",
+    "n_scored",
+    "task_queries",
+    "sample_score",
+    "note",
+)
+TEXT_COLUMNS = ("model", "family", "task", "kind", "note")
+NUMBER_COLUMNS = (
+    "value",
+    "lower",
+    "upper",
+    "n_responses",
+    "n_scored",
+    "task_queries",
+    "sample_score",
+)
+MODEL_COLUMNS = (
+    "rank",
+    "model",
+    "family",
+    "overall",
+    "lower",
+    "upper",
+    "rank_lower",
+    "rank_upper",
+    "observed_fraction",
+    "lower_independent",
+    "upper_independent",
+    "n_responses",
+    "tasks_observed",
+    "tasks_estimated",
+    "tasks_predicted",
+)
+
+
+@dataclass
+class Leaderboard:
+    """The completed model × task table of a store.
+
+    Attributes
+    ----------
+    cells : DataFrame
+        One row per (model, task) with :data:`CELL_COLUMNS`: ``kind`` one of
+        :data:`KINDS`, ``value`` the full-task score (observed, or the ensemble's
+        prediction), ``lower`` / ``upper`` its interval at ``level`` (equal to ``value``
+        where observed), ``task_queries`` the task's distinct queries in the store (the
+        cell's weight in the overall score).
+    models : DataFrame
+        One row per model with :data:`MODEL_COLUMNS`, best first: ``overall`` the
+        query-weighted mean of its cells, ``lower`` / ``upper`` the query-weighted means of
+        their ends, ``rank`` (1 = best) among all models, ``rank_lower`` / ``rank_upper``
+        the best and worst rank its interval allows against the others' overall scores,
+        ``observed_fraction`` the share of its overall score's queries that it answered
+        and had scored (a cell with a given full score counts whole),
+        ``lower_independent`` / ``upper_independent`` the narrower interval if its tasks'
+        errors were independent (:func:`~pkps_core.views.new_model.independent_interval`).
+    tasks : list of str
+    level : float
+    source : str
+        What filled the cells that are not observed (the fitted predictor, or nothing
+        when every cell is observed).
+    elapsed : float
+        Seconds the table took.
+    """
+
+    cells: pd.DataFrame
+    models: pd.DataFrame
+    tasks: list[str]
+    level: float
+    source: str
+    elapsed: float = field(default=0.0)
+
+    def wide(self) -> pd.DataFrame:
+        """One row per model, best first: :data:`MODEL_COLUMNS`, then per task its value,
+        kind, lower and upper (columns ``TASK``, ``TASK kind``, ``TASK lower``,
+        ``TASK upper``; a task named like a model column is prefixed ``task ``)."""
+        out = self.models.copy()
+        for task in self.tasks:
+            part = self.cells[self.cells["task"] == task].set_index("model")
+            name = task_column(task)
+            out[name] = out["model"].map(part["value"]).astype(float)
+            out[f"{name} kind"] = out["model"].map(part["kind"]).astype(object)
+            out[f"{name} lower"] = out["model"].map(part["lower"]).astype(float)
+            out[f"{name} upper"] = out["model"].map(part["upper"]).astype(float)
+        return out
+
+
+def task_column(task: str) -> str:
+    """The wide table's column of ``task``: its name, prefixed ``task `` when it would
+    clash with a model column or another task's derived column."""
+    clashes = set(MODEL_COLUMNS)
+    if task in clashes or task.endswith((" kind", " lower", " upper")):
+        return f"task {task}"
+    return task
+
+
+def cell_kinds(records: pd.DataFrame) -> pd.DataFrame:
+    """Every (model, task) of ``records`` with its kind, before any prediction.
+
+    Returns one row per (model, task) of the full grid: ``model, family, task, kind,
+    n_responses, n_scored, task_queries, sample_score, reference_score``. ``kind`` is
+    ``observed`` where the cell has a given ``reference_score`` or its scored responses
+    cover every query of the task, ``estimated`` where it has responses, else
+    ``predicted``.
+    """
+    if not len(records):
+        raise RecordsError("the store holds no responses; import a cache on the Data page")
+    cells = cell_table(records)
+    queries = task_query_counts(records)
+    models = np.sort(records["model"].astype(str).unique())
+    tasks = np.sort(records["task"].astype(str).unique())
+    family = records.groupby("model", sort=True)["family"].first()
+    grid = pd.MultiIndex.from_product([models, tasks], names=["model", "task"]).to_frame(
+        index=False
+    )
+    frame = grid.merge(
+        cells[["model", "task", "n_responses", "n_scored", "sample_score", "reference_score"]],
+        on=["model", "task"],
+        how="left",
+    )
+    frame["family"] = frame["model"].map(family).astype(str)
+    frame["task_queries"] = frame["task"].map(queries).astype(int)
+    frame["n_responses"] = frame["n_responses"].fillna(0).astype(int)
+    frame["n_scored"] = frame["n_scored"].fillna(0).astype(int)
+    given = frame["reference_score"].notna().to_numpy()
+    complete = (frame["n_scored"] >= frame["task_queries"]).to_numpy()
+    answered = (frame["n_responses"] > 0).to_numpy()
+    frame["kind"] = np.where(
+        given | complete, "observed", np.where(answered, "estimated", "predicted")
+    )
+    return frame[
+        ["model", "family", "task", "kind", "n_responses", "n_scored", "task_queries"]
+        + ["sample_score", "reference_score"]
+    ]
+
+
+def _placed(
+    predictor,
+    records: pd.DataFrame,
+    models: list[str],
+    level: float,
+    progress: Callable[[float, str], None] | None,
+) -> pd.DataFrame:
+    """The predictor's rows (model, task, prediction, lower, upper, note) for ``models``,
+    each placed as new on its own, its stored rows hidden (one call per model: the
+    predictor hides every renamed model of a call from all models of that call)."""
+    frames = []
+    for k, model in enumerate(models):
+        if progress is not None:
+            progress(k / len(models), f"placing {model}")
+        frames.append(predictor.predict(records[records["model"] == model], level=level))
+    if progress is not None:
+        progress(1.0, "placed")
+    out = pd.concat(frames, ignore_index=True)
+    return out[["model", "task", "prediction", "lower", "upper", "note"]]
+
+
+def build_leaderboard(
+    records: pd.DataFrame,
+    predictor=None,
+    *,
+    level: float = LEVEL,
+    progress: Callable[[float, str], None] | None = None,
+) -> Leaderboard:
+    """The completed leaderboard of ``records`` (a store's, with embeddings).
+
+    Parameters
+    ----------
+    records : DataFrame
+        Canonical records, embedded like the predictor's references
+        (:meth:`pkps_core.store.Store.records` gives both).
+    predictor : ReferencePredictor, optional
+        Fitted on ``records`` (:func:`pkps_core.predictor.stored_predictor`). Needed when
+        any cell is not observed.
+    level : float, default=0.9
+        Coverage of the intervals. The predictor's conformal intervals are at this level.
+    progress : callable, optional
+        ``progress(fraction, message)`` while models are placed.
+
+    Returns
+    -------
+    Leaderboard
+
+    Raises
+    ------
+    RecordsError
+        No records, or cells to predict without a predictor.
+    """
+    started = time.perf_counter()
+    cells = cell_kinds(records)
+    observed = cells["kind"] == "observed"
+    full = cells["reference_score"].where(cells["reference_score"].notna(), cells["sample_score"])
+    cells["value"] = full.where(observed)
+    cells["lower"] = cells["value"]
+    cells["upper"] = cells["value"]
+    cells["note"] = np.where(observed, "observed", "")
+    to_place = sorted(cells.loc[~observed, "model"].unique())
+    source = "every cell observed"
+    if to_place:
+        if predictor is None:
+            raise RecordsError(
+                f"{len(to_place)} model(s) have cells that are not observed; the leaderboard "
+                "needs the store's fitted predictor (`python -m pkps_core fit --db STORE`)"
+            )
+        placed = _placed(predictor, records, to_place, level, progress)
+        placed = placed.set_index(["model", "task"])
+        keys = pd.MultiIndex.from_frame(cells[["model", "task"]])
+        for column, target in (("prediction", "value"), ("lower", "lower"), ("upper", "upper")):
+            values = placed[column].reindex(keys).to_numpy(dtype=float)
+            cells[target] = np.where(observed, cells[target], values)
+        notes = placed["note"].reindex(keys).fillna("").astype(str).to_numpy()
+        cells["note"] = np.where(observed, cells["note"], notes)
+        source = "the store's fitted predictor"
+    cells = cells[list(CELL_COLUMNS)].reset_index(drop=True)
+    models = _model_rows(cells, level)
+    return Leaderboard(
+        cells=cells,
+        models=models,
+        tasks=sorted(cells["task"].unique()),
+        level=level,
+        source=source,
+        elapsed=time.perf_counter() - started,
+    )
+
+
+def _model_rows(cells: pd.DataFrame, level: float) -> pd.DataFrame:
+    """Per model: the overall score with its intervals, the fraction observed, the counts
+    of each kind; then ranks against the other models' overall scores."""
+    rows = []
+    for model, part in cells.groupby("model", sort=True):
+        weights = part["task_queries"]
+        observed = part["kind"] == "observed"
+        answered = np.where(observed, part["task_queries"], part["n_scored"]).clip(
+            max=part["task_queries"]
+        )
+        tasks = part.rename(columns={"value": "prediction"})
+        row = {
+            "model": model,
+            "family": part["family"].iloc[0],
+            "overall": weighted_mean(part["value"], weights),
+            "lower": weighted_mean(part["lower"], weights),
+            "upper": weighted_mean(part["upper"], weights),
+            "observed_fraction": float(answered.sum() / weights.sum()),
+            "n_responses": int(part["n_responses"].sum()),
+            **{f"tasks_{kind}": int((part["kind"] == kind).sum()) for kind in KINDS},
+        }
+        row |= independent_interval(tasks, level)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    overall = frame["overall"].to_numpy(dtype=float)
+    ranks = []
+    for i, row in enumerate(frame.itertuples()):
+        others = np.delete(overall, i)
+        ranks.append(rank_interval(row.overall, row.lower, row.upper, others))
+    frame["rank"] = [r["rank"] for r in ranks]
+    frame["rank_lower"] = [r["best"] for r in ranks]
+    frame["rank_upper"] = [r["worst"] for r in ranks]
+    frame = frame.sort_values(["rank", "model"], kind="stable").reset_index(drop=True)
+    return frame[list(MODEL_COLUMNS)]
+
+
+def _state_key(level: float, params: dict) -> str:
+    from pkps_core.predictor import ReferencePredictor
+    from pkps_core.store.fits import fit_key
+
+    settings = ReferencePredictor(**params).settings()
+    return fit_key(FIT_KIND, {"predictor": settings, "level": level, "version": STATE_VERSION})
+
+
+def _to_arrays(board: Leaderboard) -> dict[str, np.ndarray]:
+    cells = board.cells
+    arrays = {c: cells[c].astype(str).to_numpy(dtype=str) for c in TEXT_COLUMNS}
+    arrays |= {c: cells[c].to_numpy(dtype=float) for c in NUMBER_COLUMNS}
+    return arrays
+
+
+def _from_arrays(arrays: dict, document: dict) -> Leaderboard:
+    cells = pd.DataFrame({c: arrays[c].astype(object) for c in TEXT_COLUMNS})
+    for column in NUMBER_COLUMNS:
+        cells[column] = arrays[column]
+    for column in ("n_responses", "n_scored", "task_queries"):
+        cells[column] = cells[column].astype(int)
+    cells = cells[list(CELL_COLUMNS)]
+    level = float(document["level"])
+    return Leaderboard(
+        cells=cells,
+        models=_model_rows(cells, level),
+        tasks=sorted(cells["task"].unique()),
+        level=level,
+        source=str(document["source"]),
+        elapsed=float(document["elapsed"]),
+    )
+
+
+def stored_leaderboard(
+    store,
+    *,
+    compute: bool = True,
+    level: float = LEVEL,
+    records: pd.DataFrame | None = None,
+    predictor=None,
+    progress: Callable[[float, str], None] | None = None,
+    **params,
+) -> Leaderboard | None:
+    """The store's leaderboard: read when one is kept for the store's current version,
+    else built (:func:`build_leaderboard` with the store's fitted predictor) and kept.
+
+    Parameters
+    ----------
+    store : pkps_core.store.Store
+    compute : bool, default=True
+        False: return None instead of building a missing or stale one.
+    level : float, default=0.9
+    records : DataFrame, optional
+        ``store.records()`` when the caller has them.
+    predictor : ReferencePredictor, optional
+        The store's fitted predictor when the caller has it; else it is read
+        (:func:`~pkps_core.predictor.stored_predictor` with ``fit="never"``: a store
+        without a current fit raises :class:`~pkps_core.predictor.StaleFit`, unless every
+        cell is observed).
+    progress : callable, optional
+        ``progress(fraction, message)`` while models are placed.
+    **params
+        :class:`~pkps_core.predictor.ReferencePredictor` parameters (``holdout``,
+        ``random_state``, ...) of the fit to use; the kept table is keyed by them.
+    """
+    from pkps_core.predictor import stored_predictor
+    from pkps_core.store.fits import fit_status, load_fit, save_fit
+
+    key = _state_key(level, params)
+    if fit_status(store, key) == "current":
+        found = load_fit(store, key)
+        if found is not None:
+            return _from_arrays(found.arrays, found.document)
+    if not compute:
+        return None
+    version = store.version
+    records = store.records() if records is None else records
+    needs_predictor = (cell_kinds(records)["kind"] != "observed").any()
+    if needs_predictor and predictor is None:
+        predictor = stored_predictor(store, fit="never", records=records, **params)
+    board = build_leaderboard(records, predictor, level=level, progress=progress)
+    if not store.read_only:
+        document = {"level": level, "source": board.source, "elapsed": board.elapsed}
+        save_fit(store, key, document, _to_arrays(board), version)
+    return board
+
+
+def _colour(value: float) -> str:
+    """A light red → yellow → green background for a score in [0, 1]."""
+    if not np.isfinite(value):
+        return "#ffffff"
+    v = float(np.clip(value, 0.0, 1.0))
+    red = int(255 if v < 0.5 else 255 - (v - 0.5) * 2 * 120)
+    green = int(140 + min(v, 0.5) * 2 * 100)
+    return f"#{red:02x}{green:02x}96"
+
+
+def leaderboard_html(board: Leaderboard, title: str = "Leaderboard") -> str:
+    """A self-contained HTML page of the table: cells coloured by score, estimated and
+    predicted cells in italics on a hatched background, the interval in each cell's
+    tooltip, and a legend. Every name is escaped."""
+    wide = board.wide()
+    esc = html.escape
+    head = ["#", "model", "family", "overall", "90 % interval", "rank interval", "observed"]
+    head = [esc(h) for h in head] + [esc(t) for t in board.tasks]
+    lines = []
+    for row in wide.itertuples(index=False):
+        values = dict(zip(wide.columns, row, strict=True))
+        cells = [
+            f"<td>{int(values['rank'])}</td>",
+            f"<td>{esc(str(values['model']))}</td>",
+            f"<td>{esc(str(values['family']))}</td>",
+            f"<td style='background:{_colour(values['overall'])}'>{values['overall']:.3f}</td>",
+            f"<td>{values['lower']:.3f} – {values['upper']:.3f}</td>",
+            f"<td>{int(values['rank_lower'])} – {int(values['rank_upper'])}</td>",
+            f"<td>{values['observed_fraction']:.0%}</td>",
+        ]
+        for task in board.tasks:
+            name = task_column(task)
+            value, kind = values[name], values[f"{name} kind"]
+            low, high = values[f"{name} lower"], values[f"{name} upper"]
+            tip = f"{kind}: {value:.3f} (interval {low:.3f} – {high:.3f})"
+            cells.append(
+                f"<td class='{esc(kind)}' style='background-color:{_colour(value)}' "
+                f"title='{esc(tip)}'>{value:.3f}</td>"
+            )
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    legend = "".join(
+        f"<li><span class='{kind} swatch'>0.50</span> {esc(KIND_WORDS[kind])}</li>"
+        for kind in KINDS
+    )
+    style = (
+        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+        "td,th{padding:3px 8px;border:1px solid #ddd;text-align:right}"
+        "td:nth-child(2),td:nth-child(3){text-align:left}"
+        ".estimated{font-style:italic;background-image:repeating-linear-gradient(45deg,"
+        "transparent 0 6px,rgba(0,0,0,.07) 6px 8px)}"
+        ".predicted{font-style:italic;color:#555;background-image:repeating-linear-gradient("
+        "45deg,transparent 0 3px,rgba(0,0,0,.16) 3px 5px)}"
+        ".swatch{display:inline-block;padding:0 6px;border:1px solid #ddd;"
+        "background-color:#fff}"
+    )
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
+        f"<style>{style}</style></head><body><h1>{esc(title)}</h1>"
+        f"<p>Overall: the query-weighted mean of a model's tasks; intervals at "
+        f"{board.level:.0%}; cells not observed filled by {esc(board.source)}. "
+        "Hover a cell for its interval.</p>"
+        f"<ul>{legend}</ul><table><thead><tr>"
+        + "".join(f"<th>{h}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(lines)
+        + "</tbody></table></body></html>"
+    )
