@@ -17,6 +17,7 @@ st.set_page_config(page_title="Perspective Explorer", page_icon=":material/explo
 NEW_MODEL_PAGE = "app_pages/new_model.py"
 pages = [
     st.Page(shared.HOME_PAGE, title="Home", icon=":material/explore:", default=True),
+    st.Page("app_pages/leaderboard.py", title="Leaderboard", icon=":material/leaderboard:"),
     st.Page(shared.DATA_PAGE, title="Data", icon=":material/upload_file:"),
     st.Page(NEW_MODEL_PAGE, title="New model", icon=":material/person_add:"),
     st.Page(shared.SPACE_PAGE, title="Perspective space", icon=":material/scatter_plot:"),

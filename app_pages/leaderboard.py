@@ -1,0 +1,278 @@
+"""Leaderboard: every model × task of the store, observed or predicted, with intervals and ranks."""
+
+import html
+
+import plotly.graph_objects as go
+import streamlit as st
+
+import app_shared as shared
+from pkps_core.leaderboard import (
+    KIND_WORDS,
+    KINDS,
+    LEVEL,
+    leaderboard_html,
+    stored_leaderboard,
+    task_column,
+)
+from pkps_core.outputs import table_bytes
+from pkps_core.predictor import StaleFit
+
+NEW_MODEL_PAGE = "app_pages/new_model.py"
+HOLDOUT = "family"  # the New model page's default: the fitted predictor it reads
+KIND_MARK = {"observed": "", "estimated": " ~", "predicted": " ?"}
+
+
+@st.cache_data(max_entries=8, show_spinner="Reading the leaderboard…")
+def read_board(path: str, version: int):
+    """The kept leaderboard of this store version, or None."""
+    return stored_leaderboard(shared.open_store(path), compute=False, level=LEVEL, holdout=HOLDOUT)
+
+
+def build_board(path: str, version: int, progress):
+    """Place every model that has a cell not observed, and keep the table in the store."""
+    store = shared.open_store(path)
+    records = shared.load_records(path, version)
+    predictor = None
+    if shared.predictor_status(path, HOLDOUT) == "current":
+        predictor = shared.load_predictor(path, version, HOLDOUT)
+    board = stored_leaderboard(
+        store, records=records, predictor=predictor, progress=progress, holdout=HOLDOUT
+    )
+    read_board.clear()
+    return board
+
+
+def offer_fit(path: str, version: int, state: str) -> None:
+    records = shared.load_records(path, version)
+    seconds = max(5.0, 2.3e-3 * len(records))  # AlpacaEval: 74 s for 32k responses
+    st.warning(
+        "Some cells are not observed: they are filled by the store's fitted reference "
+        f"predictor, and {'it is stale' if state == 'stale' else 'there is none yet'}."
+    )
+    st.caption(
+        f"Fitting it takes about {seconds:.0f} s here ({len(records):,} responses) and is "
+        "kept in the store; `python -m pkps_core fit --db STORE` does the same."
+    )
+    if st.button("Fit the reference predictor", key="leaderboard_fit"):
+        bar = st.progress(0.0, text="Fitting the reference predictor…")
+
+        def progress(fraction: float, message: str) -> None:
+            bar.progress(min(max(fraction, 0.0), 1.0), text=message)
+
+        shared.fit_predictor(path, version, HOLDOUT, progress)
+        st.rerun()
+    st.stop()
+
+
+def rank_plot(models, highlight: str | None) -> go.Figure:
+    order = models.sort_values("overall")
+    names = [html.escape(str(m)) for m in order["model"]]
+    colour = ["#d62728" if m == highlight else "#1f77b4" for m in order["model"]]
+    figure = go.Figure(
+        go.Scatter(
+            x=order["overall"],
+            y=names,
+            mode="markers",
+            marker={"color": colour, "size": 8},
+            error_x={
+                "type": "data",
+                "symmetric": False,
+                "array": order["upper"] - order["overall"],
+                "arrayminus": order["overall"] - order["lower"],
+                "thickness": 2,
+            },
+            customdata=order[["rank", "rank_lower", "rank_upper", "observed_fraction"]],
+            hovertemplate="%{y}<br>overall %{x:.3f}<br>rank %{customdata[0]} "
+            "(%{customdata[1]}–%{customdata[2]})<br>observed %{customdata[3]:.0%}<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        height=max(300, 18 * len(order) + 80),
+        xaxis_title=f"overall score ({LEVEL:.0%} interval)",
+        margin={"l": 10, "r": 10, "t": 10, "b": 40},
+    )
+    return figure
+
+
+def cell_map(wide, tasks) -> go.Figure:
+    """Model × task heatmap by score; the hover says the kind and the interval."""
+    names = [task_column(t) for t in tasks]
+    values = wide[names].to_numpy(dtype=float)
+    kinds = wide[[f"{n} kind" for n in names]].to_numpy(dtype=str)
+    low = wide[[f"{n} lower" for n in names]].to_numpy(dtype=float)
+    high = wide[[f"{n} upper" for n in names]].to_numpy(dtype=float)
+    marks = [
+        [f"{v:.2f}{KIND_MARK[k]}" for v, k in zip(r, kr, strict=True)]
+        for r, kr in zip(values, kinds, strict=True)
+    ]
+    hover = [
+        [f"{k} {v:.3f} ({lo:.3f}–{hi:.3f})" for v, k, lo, hi in zip(r, kr, lr, hr, strict=True)]
+        for r, kr, lr, hr in zip(values, kinds, low, high, strict=True)
+    ]
+    figure = go.Figure(
+        go.Heatmap(
+            z=values,
+            x=[html.escape(str(t)) for t in tasks],
+            y=[html.escape(str(m)) for m in wide.index],
+            text=marks,
+            texttemplate="%{text}",
+            customdata=hover,
+            hovertemplate="%{y} · %{x}<br>%{customdata}<extra></extra>",
+            colorscale="RdYlGn",
+            zmin=0.0,
+            zmax=1.0,
+        )
+    )
+    figure.update_layout(
+        height=max(300, 20 * len(wide) + 80),
+        yaxis={"autorange": "reversed"},
+        margin={"l": 10, "r": 10, "t": 10, "b": 40},
+    )
+    return figure
+
+
+st.title("Leaderboard")
+path, version = shared.require_data()
+board = read_board(path, version)
+if board is None:
+    state = shared.predictor_status(path, HOLDOUT)
+    try:
+        if state != "current":
+            # every cell observed needs no predictor; otherwise offer to fit it
+            from pkps_core.leaderboard import cell_kinds
+
+            needs = (cell_kinds(shared.load_records(path, version))["kind"] != "observed").any()
+            if needs:
+                offer_fit(path, version, state)
+        bar = st.progress(0.0, text="Placing the models…")
+        board = build_board(
+            path,
+            version,
+            lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=m[:80]),
+        )
+        bar.empty()
+    except StaleFit as exc:
+        shared.alert("error", "The store's fitted predictor cannot be read.", str(exc))
+        st.stop()
+
+st.caption(
+    f"{len(board.models)} models × {len(board.tasks)} tasks. Overall: the query-weighted "
+    f"mean of a model's tasks with its {board.level:.0%} interval (the mean of its cells' "
+    "interval ends); the rank interval is the best and worst rank that interval allows "
+    f"against the others' overall scores. Cells not observed: {board.source}."
+)
+st.markdown(
+    "**Legend** — "
+    + " · ".join(f"`0.50{KIND_MARK[k]}` {KIND_WORDS[k]}" for k in KINDS)
+    + ". Observed cells are plain, estimated ones marked `~` and shaded lighter, predicted "
+    "ones marked `?` and greyed; hover a cell for its interval."
+)
+
+models = board.models
+controls = st.columns([2, 2, 2])
+families = sorted(models["family"].unique())
+chosen_families = controls[0].multiselect("Families", families, key="leaderboard_families")
+chosen_tasks = controls[1].multiselect("Tasks", board.tasks, key="leaderboard_tasks")
+search = controls[2].text_input("Find a model", key="leaderboard_search").strip()
+
+shown = models if not chosen_families else models[models["family"].isin(chosen_families)]
+matches = [m for m in shown["model"] if search and search.lower() in str(m).lower()]
+highlight = matches[0] if matches else None
+if search and not matches:
+    st.caption("No model matches the search.")
+elif len(matches) > 1:
+    st.caption(f"{len(matches)} models match; the first, {matches[0]!r}, is highlighted.")
+
+tasks = chosen_tasks or board.tasks
+wide = board.wide().set_index("model").loc[shown["model"]]
+table = shown[["rank", "model", "family", "overall", "lower", "upper"]].copy()
+table["rank interval"] = [
+    f"{int(a)}–{int(b)}" for a, b in zip(shown["rank_lower"], shown["rank_upper"], strict=True)
+]
+table["observed"] = shown["observed_fraction"].to_numpy()
+for task in tasks:
+    name = task_column(task)
+    table[task] = [
+        f"{value:.3f}{KIND_MARK[kind]}" if value == value else f"—{KIND_MARK[kind]}"
+        for value, kind in zip(wide[name], wide[f"{name} kind"], strict=True)
+    ]
+table = table.reset_index(drop=True)
+
+
+def style(frame):
+    """Cells coloured by score; estimated and predicted cells told apart; the highlight."""
+    out = frame.copy().astype(object)
+    out[:] = ""
+    for i, model in enumerate(frame["model"]):
+        row = wide.loc[model]
+        for task in tasks:
+            name = task_column(task)
+            kind = row[f"{name} kind"]
+            value = float(row[name])
+            if value != value:  # NaN: no member of the ensemble could predict the cell
+                out.loc[i, task] = "background-color: #ffffff; color: #999999"
+                continue
+            hue = f"hsl({int(120 * min(max(value, 0.0), 1.0))}, 60%, "
+            if kind == "observed":
+                css = hue + "80%)"
+            elif kind == "estimated":
+                css = hue + "92%); color: #444444"
+            else:
+                css = "#eeeeee; color: #777777"
+            out.loc[i, task] = f"background-color: {css}"
+        if model == highlight:
+            out.loc[i, ["rank", "model", "family", "overall"]] = (
+                "background-color: #ffe08a; font-weight: bold"
+            )
+    return out
+
+
+styled = table.style.apply(style, axis=None).format(
+    {"overall": "{:.3f}", "lower": "{:.3f}", "upper": "{:.3f}", "observed": "{:.0%}"}
+)
+event = st.dataframe(
+    styled,
+    hide_index=True,
+    width="stretch",
+    on_select="rerun",
+    selection_mode="single-row",
+    key="leaderboard_table",
+)
+rows = event.selection.rows if event is not None and hasattr(event, "selection") else []
+if rows:
+    picked = str(table["model"].iloc[rows[0]])
+    st.session_state["new_model_pick"] = picked
+    st.session_state["new_model_source"] = "From the store"
+    st.switch_page(NEW_MODEL_PAGE)
+st.caption("Select a row to open that model on the New model page.")
+
+st.subheader("Cells")
+st.plotly_chart(cell_map(wide.loc[table["model"]], tasks), width="stretch", key="leaderboard_cells")
+
+st.subheader("Ranks")
+st.plotly_chart(rank_plot(shown, highlight), width="stretch", key="leaderboard_ranks")
+
+st.subheader("Export")
+wide_out = board.wide()
+buttons = st.columns(3)
+buttons[0].download_button(
+    "CSV",
+    lambda: table_bytes(wide_out, "csv"),
+    "leaderboard.csv",
+    "text/csv",
+    key="leaderboard_csv",
+)
+buttons[1].download_button(
+    "Parquet",
+    lambda: table_bytes(wide_out, "parquet"),
+    "leaderboard.parquet",
+    "application/octet-stream",
+    key="leaderboard_parquet",
+)
+buttons[2].download_button(
+    "HTML",
+    lambda: leaderboard_html(board).encode("utf-8"),
+    "leaderboard.html",
+    "text/html",
+    key="leaderboard_html",
+)
