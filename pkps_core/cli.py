@@ -16,7 +16,6 @@ import pandas as pd
 
 from pkps_core.cli_args import _bandwidth, _components, _csv_list, _interval_level, _number_list
 from pkps_core.cli_fit import add_parser as add_fit_parser
-from pkps_core.cli_leaderboard import add_parser as add_leaderboard_parser
 from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_session
 from pkps_core.outputs import check_writable, os_error_message, table_format, write_table
 from pkps_core.reading import read_records
@@ -157,6 +156,34 @@ def _input_records(args: argparse.Namespace, client=None) -> pd.DataFrame:
         return store.records()
 
 
+def _kept_fit(args: argparse.Namespace, records: pd.DataFrame):
+    """The store's fitted reference predictor for ``predict --targets … --methods ensemble``
+    when it is current for these settings (``fit --db`` with the same holdout, seed and
+    default space settings), else None (the ensemble is refitted, as without one)."""
+    from pkps_core.predictor import StaleFit, stored_predictor
+
+    default_space = (
+        args.bandwidth == "cv"
+        and args.response_kernel == "linear"
+        and args.self_pairs is None
+        and args.components == 8
+    )
+    if not (args.db and args.targets and "ensemble" in args.methods and default_space):
+        return None
+    with _store(args.db, read_only=True) as store:
+        try:
+            return stored_predictor(
+                store,
+                fit="never",
+                records=records,
+                holdout=args.holdout,
+                n_neighbors=args.neighbors,
+                random_state=args.seed,
+            )
+        except StaleFit:
+            return None
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from pkps_core.predict import predict, reference_is_sample
     from pkps_core.protocols.masks import mask_targets
@@ -168,18 +195,28 @@ def cmd_predict(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with engine_session(args) as engine_params:
         records = _input_records(args, engine_params.get("client"))
+        kept = _kept_fit(args, records) if not engine_params else None
         if args.targets:
             # the targets keep --budget responses per task; the rest is their truth
             records = mask_targets(records, args.targets, args.budget, seed=args.seed)
-        predictions = predict(
-            records,
-            args.methods,
-            holdout=args.holdout,
-            targets=args.targets,
-            space_params=_space_params(args) | engine_params,
-            n_neighbors=args.neighbors,
-            intervals=args.interval,
-        )
+        methods = [m for m in args.methods if kept is None or m != "ensemble"]
+        parts = []
+        if methods:
+            parts.append(
+                predict(
+                    records,
+                    methods,
+                    holdout=args.holdout,
+                    targets=args.targets,
+                    space_params=_space_params(args) | engine_params,
+                    n_neighbors=args.neighbors,
+                    intervals=args.interval,
+                )
+            )
+        if kept is not None:  # the targets placed by the store's fitted predictor
+            placed = kept.predict(records[records["model"].isin(args.targets)], level=args.interval)
+            parts.append(placed.drop(columns="profile"))
+        predictions = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     elapsed = time.perf_counter() - started
     settings = {
         "holdout": args.holdout,
@@ -192,7 +229,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     write_table(
         prediction_export(predictions, targets=args.targets or (), settings=settings), args.out
     )
-    print(f"wrote {len(predictions)} predictions to {args.out} in {elapsed:.1f} s")
+    how = " (ensemble: the targets placed by the store's fitted predictor)" if kept else ""
+    print(f"wrote {len(predictions)} predictions to {args.out} in {elapsed:.1f} s{how}")
     if args.interval is not None:
         flagged = predictions.groupby("method")["extrapolation"].sum()
         print(
@@ -498,7 +536,6 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(run=cmd_info)
     add_report_parser(sub)
     add_fit_parser(sub)
-    add_leaderboard_parser(sub)
     add_export_parser(sub)
     return parser
 

@@ -116,3 +116,46 @@ def test_a_kill_during_the_write_leaves_the_old_fit_or_the_new_one(tmp_path):
             assert np.all(array == value)
         assert json.dumps(found.document)
     assert max(values) > 0  # the kills fell on overwrites, not on the first write
+
+
+def test_predict_targets_places_the_ensemble_with_the_kept_fit(tmp_path, capsys):
+    # `predict --targets … --methods …,ensemble` on a store with a current fit: the
+    # ensemble's rows are the masked targets placed by the kept predictor (the other
+    # methods are refitted as before); without a fit the ensemble is refitted
+    from pkps_core.cli import main
+    from pkps_core.protocols.masks import mask_targets
+
+    records = make_synthetic(
+        n_models=18, n_tasks=3, budget=16, rho=1.0, random_state=8, family_size=3
+    ).records
+    path = tmp_path / "store.duckdb"
+    with Store(path) as store:
+        store.ingest(records, source="all")
+    targets = sorted(records["model"].unique())[4:6]
+    argv = ["predict", "--db", str(path), "--targets", ",".join(targets)]
+    argv += ["--methods", "sample,ensemble"]
+    assert main([*argv, "--out", str(tmp_path / "refit.csv")]) == 0
+    assert "fitted predictor" not in capsys.readouterr().out
+    with Store(path) as store:
+        predictor = stored_predictor(store, holdout="model", random_state=0)
+    assert main([*argv, "--out", str(tmp_path / "placed.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert "the targets placed by the store's fitted predictor" in printed
+    import pandas as pd
+
+    placed = pd.read_csv(tmp_path / "placed.csv")
+    refit = pd.read_csv(tmp_path / "refit.csv")
+    ensemble = placed[placed["method"] == "ensemble"].sort_values(["model", "task"])
+    assert sorted(ensemble["model"].unique()) == targets
+    masked = mask_targets(records, targets, 4, seed=0)
+    expected = predictor.predict(masked[masked["model"].isin(targets)])
+    np.testing.assert_allclose(ensemble["prediction"], expected["prediction"], atol=1e-9)
+    np.testing.assert_allclose(ensemble["reference_score"], expected["reference_score"])
+    # the other methods are the refit path's, unchanged
+    sample = placed[placed["method"] == "sample"].sort_values(["model", "task"])
+    sample_before = refit[refit["method"] == "sample"].sort_values(["model", "task"])
+    np.testing.assert_allclose(sample["prediction"], sample_before["prediction"])
+    # and the two ensembles judge the same target cells within the placement's difference
+    before = refit[(refit["method"] == "ensemble") & refit["model"].isin(targets)]
+    before = before.sort_values(["model", "task"])
+    assert np.abs(before["prediction"].to_numpy() - ensemble["prediction"].to_numpy()).max() < 0.1
