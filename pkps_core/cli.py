@@ -16,6 +16,7 @@ import pandas as pd
 
 from pkps_core.cli_args import _bandwidth, _components, _csv_list, _interval_level, _number_list
 from pkps_core.cli_fit import add_parser as add_fit_parser
+from pkps_core.cli_leaderboard import add_parser as add_leaderboard_parser
 from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_session
 from pkps_core.outputs import check_writable, os_error_message, table_format, write_table
 from pkps_core.reading import read_records
@@ -536,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(run=cmd_info)
     add_report_parser(sub)
     add_fit_parser(sub)
+    add_leaderboard_parser(sub)
     add_export_parser(sub)
     return parser
 
