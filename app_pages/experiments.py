@@ -299,9 +299,17 @@ st.subheader("MAE per method")
 mae_chart(result)
 shared.table(protocols.format_summary(result.summary, result.levers))
 st.caption(
+    f"MAE ± SEM (score units): {protocols.MAE_AVERAGING} (the long results' CSV). "
     "Settings: "
     + "; ".join(f"`{lever}` = {views.lever_label(lever).lower()}" for lever in result.levers)
 )
+blanks = views.blank_cells_table(result.long)
+if len(blanks):
+    st.caption(
+        "Why some cells have no error (a method with none at a setting shows “—” above and "
+        "no point in the chart); the CSV's `note` column says it for every row:"
+    )
+    shared.table(blanks, hide_index=True, width="stretch")
 improvement_chart(result)
 if "similarity" in result.long.columns:
     similarity_chart(result)
@@ -316,9 +324,19 @@ st.caption(
     "frac_cells_better above 0.5 favour the method."
 )
 shared.table(views.all_point_tests(result), hide_index=True)
-st.download_button(
+downloads = st.columns(2)
+downloads[0].download_button(
     "Download the long results (CSV)",
     data=lambda: views.export_bytes(result.long, "csv"),
     file_name=f"pkps-{run['protocol']}.csv",
     mime="text/csv",
+    help="One row per seed, setting, method and target cell, with `note` (why a cell has no "
+    "error) and `mae_weight` (its weight in the MAE table).",
+)
+downloads[1].download_button(
+    "Download the MAE table (CSV)",
+    data=lambda: views.export_bytes(views.summary_export(result), "csv"),
+    file_name=f"pkps-{run['protocol']}-mae.csv",
+    mime="text/csv",
+    help="The MAE table's numbers unrounded, with the seeds, cells and share of cells behind each.",
 )

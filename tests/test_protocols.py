@@ -96,7 +96,7 @@ def test_same_seed_same_long_table(synthetic):
     again = P.query_efficiency_protocol(synthetic, space_params=FAST, **kwargs)
     pd.testing.assert_frame_equal(first.long, again.long)
     assert list(first.long.columns) == [
-        "seed", "protocol", "budget", "rho", "cohort", "p_task", *P.LONG_COLUMNS
+        "seed", "protocol", "budget", "rho", "cohort", "p_task", *P.LONG_COLUMNS, "mae_weight"
     ]  # fmt: skip
     assert len(first.long) == 2 * 2 * 3 * 18 * 4
     other = P.query_efficiency_protocol(synthetic, space_params=FAST, **{**kwargs, "seeds": (2,)})
@@ -272,7 +272,7 @@ def test_cli_evaluate_writes_the_documented_columns(tmp_path, capsys, synthetic)
     results = pd.read_csv(out)
     assert list(results.columns) == [
         "seed", "protocol", "budget", "rho", "cohort", "p_task",
-        "method", "model", "task", "y_true", "y_pred", "abs_err",
+        "method", "model", "task", "y_true", "y_pred", "abs_err", "note", "mae_weight",
     ]  # fmt: skip
     assert set(results["budget"]) == {1, 2} and set(results["method"]) == {"sample", "pkps"}
     np.testing.assert_allclose(results["abs_err"], (results["y_pred"] - results["y_true"]).abs())

@@ -12,10 +12,12 @@
   targets' overall scores and the intervals' coverage are reported.
 
 Modules, bottom up: :mod:`~pkps_core.protocols.masks` (preparing and masking a cache),
-:mod:`~pkps_core.protocols.similarity` (model similarity), :mod:`~pkps_core.protocols.reports`
-(the result, its summary and tests), :mod:`~pkps_core.protocols.sweep` (the sweep driver, its
-:class:`SweepOptions` and the five protocols), :mod:`~pkps_core.protocols.studies` (small
-study drivers). Every public name is importable from here.
+:mod:`~pkps_core.protocols.similarity` (model similarity),
+:mod:`~pkps_core.protocols.new_model_reports` (overall scores and intervals),
+:mod:`~pkps_core.protocols.reports` (the result, its summary and tests),
+:mod:`~pkps_core.protocols.sweep` (the sweep driver, its :class:`SweepOptions` and the five
+protocols), :mod:`~pkps_core.protocols.studies` (small study drivers). Every public name is
+importable from here.
 
 References
 ----------
@@ -43,23 +45,28 @@ from pkps_core.protocols.masks import (
     split_models,
     subsample_cells,
 )
+from pkps_core.protocols.new_model_reports import (
+    format_intervals,
+    interval_table,
+    overall_scores,
+    overall_table,
+)
 from pkps_core.protocols.reports import (
     COMPARATORS,
     INTERVAL_COLUMNS,
     LEVERS,
     LONG_COLUMNS,
+    MAE_AVERAGING,
     MODE_COMPARATORS,
     PROTOCOLS,
     SPLIT_COLUMNS,
     ProtocolResult,
+    blank_notes,
     combine_results,
-    format_intervals,
     format_summary,
-    interval_table,
+    mae_weights,
     make_result,
     mode_wilcoxon_tests,
-    overall_scores,
-    overall_table,
     similarity_correlations,
     summary_table,
     wilcoxon_tests,
@@ -97,6 +104,7 @@ __all__ = [
     "INTERVAL_COLUMNS",
     "LEVERS",
     "LONG_COLUMNS",
+    "MAE_AVERAGING",
     "MODE_COMPARATORS",
     "NEW_MODEL_MODES",
     "PROTOCOLS",
@@ -107,6 +115,7 @@ __all__ = [
     "ProtocolResult",
     "SweepOptions",
     "agreement_beyond_chance",
+    "blank_notes",
     "cell_values",
     "cells_of",
     "chance_agreement",
@@ -122,6 +131,7 @@ __all__ = [
     "full_scores",
     "interval_table",
     "make_result",
+    "mae_weights",
     "mask_completion",
     "mask_new_model",
     "mask_query_efficiency",

@@ -1,10 +1,10 @@
 """What a protocol run returns: the long table, its summary, Wilcoxon tests, correlations.
 
 The summary follows the PKPS appendix "Sweeps and reporting" (per seed the mean over tasks of
-the per-task MAE, then mean ± SEM over seeds), the tests its "Statistical tests" (signed-rank
-tests on per-task error differences). The new-model protocol adds each target's overall
-score (:func:`overall_scores`, :func:`overall_table`) and the intervals' coverage and width
-(:func:`interval_table`).
+the per-task MAE, then mean ± SEM over seeds; :func:`mae_weights` writes that averaging out
+per row), the tests its "Statistical tests" (signed-rank tests on per-task error
+differences). The new-model protocol adds each target's overall score and the intervals'
+coverage and width (:mod:`~pkps_core.protocols.new_model_reports`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import pearsonr, spearmanr, wilcoxon
+from scipy.stats import pearsonr, wilcoxon
+
+from pkps_core.protocols.new_model_reports import interval_table, overall_scores, overall_table
 
 PROTOCOLS = ("query-efficiency", "completion", "interpolation", "extrapolation", "new-model")
 LEVERS = {
@@ -37,7 +39,14 @@ COMPARATORS = {
 # New-model: the comparator of each mode. Without the target's scores the sample score does
 # not exist; the references' task mean is the floor a method has to beat.
 MODE_COMPARATORS = {"scored": "sample", "responses-only": "mean"}
-LONG_COLUMNS = ("method", "model", "task", "y_true", "y_pred", "abs_err")
+LONG_COLUMNS = ("method", "model", "task", "y_true", "y_pred", "abs_err", "note")
+# How the summary's MAE averages, in words (the page's caption, the CLI's heading).
+MAE_AVERAGING = (
+    "per seed, the mean over tasks of each task's mean absolute error over its target "
+    "cells; then mean ± SEM over seeds. Every task counts the same whatever its number of "
+    "cells, so the plain mean of the rows' abs_err differs; the rows' mae_weight "
+    "reproduces it: the sum of mae_weight × abs_err per method and setting"
+)
 SPLIT_COLUMNS = ("similarity", "normalised_gap")
 # Kept when the predictions carry intervals (always for new-model).
 INTERVAL_COLUMNS = ("lower", "upper", "n_responses")
@@ -56,8 +65,10 @@ class ProtocolResult:
         One row per (seed, lever values, method, target cell): ``seed, protocol, *levers,
         method, model, task, y_true, y_pred, abs_err`` (plus ``similarity`` and
         ``normalised_gap`` for the split protocols; ``n_targets``,
-        :data:`INTERVAL_COLUMNS` and ``task_queries`` for new-model). ``y_pred`` is NaN
-        where a method does not apply (e.g. IRT on non-binary scores).
+        :data:`INTERVAL_COLUMNS` and ``task_queries`` for new-model), then
+        ``mae_weight`` (:func:`mae_weights`). ``y_pred`` is NaN where a method does not
+        apply (e.g. IRT on non-binary scores); ``note`` says why, and why ``abs_err`` is
+        NaN where the cell has no true score.
     summary : DataFrame
         :func:`summary_table` of ``long``.
     tests : DataFrame
@@ -86,7 +97,10 @@ def make_result(protocol: str, parts: Sequence[pd.DataFrame]) -> ProtocolResult:
     levers = LEVERS[protocol]
     long = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     sort = ["seed", *levers, "method", "model", "task"]
+    # a part may be a combined result's own rows: its weights were for its seeds only
+    long = long.drop(columns="mae_weight", errors="ignore")
     long = long.sort_values(sort, kind="stable").reset_index(drop=True)
+    long["mae_weight"] = mae_weights(long, levers)
     comparator, smallest = COMPARATORS[protocol]
     correlations = similarity_correlations(long) if "similarity" in long.columns else pd.DataFrame()
     extra = {}
@@ -155,6 +169,45 @@ def summary_table(long: pd.DataFrame, levers: Sequence[str]) -> pd.DataFrame:
     summary["n_cells"] = cells.count()
     summary["coverage"] = cells.count() / cells.size()
     return summary.reset_index()[columns]
+
+
+def mae_weights(long: pd.DataFrame, levers: Sequence[str]) -> np.ndarray:
+    """Each long row's weight in its :func:`summary_table` MAE.
+
+    Per (levers, method) the summary MAE is ``sum(mae_weight * abs_err)`` over the rows
+    with an ``abs_err`` (the weights sum to 1 there; rows without one weigh 0): a row
+    weighs ``1 / (cells of its task with an error × tasks of its seed with an error ×
+    seeds with an error)``, the per-task, per-seed averaging written out.
+    """
+    if not len(long):
+        return np.zeros(0)
+    keys = [*levers, "method"]
+    by_task = [*keys, "seed", "task"]
+    scored = long[by_task].assign(cells=long["abs_err"].notna().astype(int))
+    tasks = scored.groupby(by_task, sort=False, dropna=False)["cells"].sum().reset_index()
+    tasks["has"] = (tasks["cells"] > 0).astype(int)
+    tasks["tasks"] = tasks.groupby([*keys, "seed"], dropna=False)["has"].transform("sum")
+    seeds = tasks.groupby([*keys, "seed"], dropna=False)["has"].max().rename("seeds")
+    n_seeds = seeds.groupby(level=keys, dropna=False).sum()
+    tasks = tasks.join(n_seeds, on=keys)
+    share = tasks["cells"] * tasks["tasks"] * tasks["seeds"]
+    tasks["task_weight"] = np.where(share > 0, 1.0 / share.where(share > 0, 1), 0.0)
+    rows = scored.merge(tasks[[*by_task, "task_weight"]], on=by_task, how="left")
+    return np.where(scored["cells"].to_numpy() > 0, rows["task_weight"].to_numpy(), 0.0)
+
+
+def blank_notes(long: pd.DataFrame) -> pd.DataFrame:
+    """Why rows of ``long`` have no error, per method and reason (pooled over settings
+    and seeds): columns ``method, blank_cells, cells, note``, most blanks first."""
+    columns = ["method", "blank_cells", "cells", "note"]
+    if not len(long):
+        return pd.DataFrame(columns=columns)
+    cells = long.groupby("method").size()
+    blank = long[long["abs_err"].isna()]
+    out = blank.groupby(["method", "note"]).size().rename("blank_cells").reset_index()
+    out["cells"] = out["method"].map(cells).to_numpy()
+    out = out.sort_values(["method", "blank_cells"], ascending=[True, False], kind="stable")
+    return out[columns].reset_index(drop=True)
 
 
 def wilcoxon_tests(
@@ -301,174 +354,6 @@ def format_summary(
         for mae, sem in zip(summary[value], summary[error], strict=True)
     ]
     frame = summary.assign(text=text)
-    return frame.pivot_table(
-        index=list(levers), columns="method", values="text", aggfunc="first", dropna=False
-    )
-
-
-# ------------------------------------------------------------------ new-model reporting
-
-
-def overall_scores(
-    long: pd.DataFrame, levers: Sequence[str], weights: pd.Series | None = None
-) -> pd.DataFrame:
-    """Each target's overall score per (seed, levers, method): the weighted mean over tasks.
-
-    The weight of a task is its number of distinct queries in the full records, so the
-    overall score is the score over all the benchmark's queries (a model's "leaderboard"
-    number). The same weights average the predictions and the truths.
-
-    Parameters
-    ----------
-    long : DataFrame
-        A long table (new-model: one row per seed, levers, method, target, task).
-    levers : sequence of str
-    weights : Series, optional
-        Indexed by task; default the long table's ``task_queries`` column.
-
-    Returns
-    -------
-    DataFrame
-        Columns ``seed, *levers, method, model, y_true, y_pred, abs_err, n_tasks``;
-        ``y_pred`` is NaN when the method did not predict every task of the model.
-    """
-    keys = ["seed", *levers, "method", "model"]
-    columns = [*keys, "y_true", "y_pred", "abs_err", "n_tasks"]
-    if not len(long):
-        return pd.DataFrame(columns=columns)
-    w = long["task_queries"] if weights is None else long["task"].map(weights)
-    w = w.to_numpy(dtype=float)
-    if not (np.isfinite(w) & (w > 0)).all():
-        raise ValueError("every task needs a positive weight (its number of queries)")
-    frame = long[keys].assign(
-        w=w,
-        wt=w * long["y_true"].to_numpy(dtype=float),
-        wp=w * long["y_pred"].to_numpy(dtype=float),
-        missing=long["y_pred"].isna().to_numpy(),
-    )
-    grouped = frame.groupby(keys, sort=True, dropna=False)
-    sums = grouped[["w", "wt", "wp", "missing"]].sum()
-    out = pd.DataFrame(
-        {
-            "y_true": sums["wt"] / sums["w"],
-            "y_pred": (sums["wp"] / sums["w"]).where(sums["missing"] == 0),
-            "n_tasks": grouped.size(),
-        }
-    )
-    out["abs_err"] = (out["y_pred"] - out["y_true"]).abs()
-    return out.reset_index()[columns]
-
-
-def _spearman(truth: pd.Series, prediction: pd.Series) -> float:
-    """Spearman's rho over the finite pairs; NaN with fewer than three or a constant side."""
-    pairs = pd.DataFrame({"t": truth, "p": prediction}).dropna()
-    if len(pairs) < 3 or pairs.nunique().min() < 2:
-        return float("nan")
-    return float(spearmanr(pairs["t"], pairs["p"]).statistic)
-
-
-def overall_table(overall: pd.DataFrame, levers: Sequence[str]) -> pd.DataFrame:
-    """MAE and Spearman rank correlation of the overall scores over targets, then over seeds.
-
-    Per (seed, levers, method): the MAE over the targets with a prediction and Spearman's
-    rho between the targets' true and predicted overall scores (NaN with fewer than three
-    targets); then their mean and standard error over seeds (``std(ddof=1) / sqrt(n)``,
-    over the seeds where the value is finite).
-
-    Returns
-    -------
-    DataFrame
-        Columns ``*levers, method, mae, sem, spearman, spearman_sem, n_seeds, n_targets,
-        coverage`` (``n_targets``: mean per seed; ``coverage``: share of targets predicted).
-    """
-    keys = [*levers, "method"]
-    columns = [*keys, "mae", "sem", "spearman", "spearman_sem", "n_seeds", "n_targets"]
-    columns.append("coverage")
-    if not len(overall):
-        return pd.DataFrame(columns=columns)
-    rows = []
-    for key, part in overall.groupby(["seed", *keys], sort=True, dropna=False):
-        predicted = part["y_pred"].notna()
-        rows.append(
-            {
-                **dict(zip(["seed", *keys], key, strict=True)),
-                "mae": part.loc[predicted, "abs_err"].mean() if predicted.any() else np.nan,
-                "spearman": _spearman(part["y_true"], part["y_pred"]),
-                "n_targets": len(part),
-                "coverage": predicted.mean(),
-            }
-        )
-    grouped = pd.DataFrame(rows).groupby(keys, sort=True, dropna=False)
-    table = pd.DataFrame(
-        {
-            "mae": grouped["mae"].mean(),
-            "sem": grouped["mae"].std(ddof=1) / np.sqrt(grouped["mae"].count()),
-            "spearman": grouped["spearman"].mean(),
-            "spearman_sem": grouped["spearman"].std(ddof=1) / np.sqrt(grouped["spearman"].count()),
-            "n_seeds": grouped.size(),
-            "n_targets": grouped["n_targets"].mean(),
-            "coverage": grouped["coverage"].mean(),
-        }
-    )
-    return table.reset_index()[columns]
-
-
-def interval_table(long: pd.DataFrame, levers: Sequence[str]) -> pd.DataFrame:
-    """Coverage and width of the intervals on the target cells, per (levers, method).
-
-    Pooled over seeds and cells: ``coverage`` is the share of the cells with a finite
-    interval whose truth lies in it (``lower <= y_true <= upper``), ``mean_width`` their
-    mean ``upper - lower``, ``with_interval`` the share of all cells that have a finite
-    interval, ``n_cells`` the number of cells.
-
-    Returns
-    -------
-    DataFrame
-        Columns ``*levers, method, coverage, mean_width, with_interval, n_cells`` (empty
-        when ``long`` has no ``lower`` / ``upper``).
-    """
-    keys = [*levers, "method"]
-    columns = [*keys, "coverage", "mean_width", "with_interval", "n_cells"]
-    if not len(long) or not {"lower", "upper"} <= set(long.columns):
-        return pd.DataFrame(columns=columns)
-    lower = long["lower"].to_numpy(dtype=float)
-    upper = long["upper"].to_numpy(dtype=float)
-    truth = long["y_true"].to_numpy(dtype=float)
-    finite = np.isfinite(lower) & np.isfinite(upper)
-    inside = np.where(finite, (lower <= truth) & (truth <= upper), np.nan)
-    frame = long[keys].assign(
-        inside=inside, width=np.where(finite, upper - lower, np.nan), finite=finite
-    )
-    grouped = frame.groupby(keys, sort=True, dropna=False)
-    table = pd.DataFrame(
-        {
-            "coverage": grouped["inside"].mean(),
-            "mean_width": grouped["width"].mean(),
-            "with_interval": grouped["finite"].mean(),
-            "n_cells": grouped.size(),
-        }
-    )
-    return table.reset_index()[columns]
-
-
-def format_intervals(
-    intervals: pd.DataFrame, levers: Sequence[str], digits: int = 2
-) -> pd.DataFrame:
-    """:func:`interval_table` as a levers × methods table of ``"coverage / width"`` strings.
-
-    ``"—"`` where a method has no interval on any cell; a share of cells with an interval
-    below 1 is appended in brackets (e.g. ``"0.88 / 0.31 (50%)"``).
-    """
-    if not len(intervals):
-        return pd.DataFrame()
-    text = []
-    for row in intervals.itertuples():
-        if not np.isfinite(row.coverage):
-            text.append("—")
-            continue
-        entry = f"{row.coverage:.{digits}f} / {row.mean_width:.{digits}f}"
-        text.append(entry if row.with_interval >= 1 else f"{entry} ({row.with_interval:.0%})")
-    frame = intervals.assign(text=text)
     return frame.pivot_table(
         index=list(levers), columns="method", values="text", aggfunc="first", dropna=False
     )

@@ -171,10 +171,27 @@ def _evaluate(
     predictions = pd.concat(parts, ignore_index=True)
     wanted = cells[["model", "task"]].assign(y_true=cell_values(truth, cells))
     extra = list(INTERVAL_COLUMNS) if keep_intervals else []
-    kept = predictions[["model", "task", "method", "prediction", *extra]]
+    kept = predictions[["model", "task", "method", "prediction", "note", *extra]]
     frame = wanted.merge(kept, how="inner").rename(columns={"prediction": "y_pred"})
     frame["abs_err"] = (frame["y_pred"] - frame["y_true"]).abs()
+    frame["note"] = blank_reasons(frame)
     return frame[[*LONG_COLUMNS, *extra]]
+
+
+def blank_reasons(frame: pd.DataFrame) -> np.ndarray:
+    """The long rows' ``note``: the method's own note, and why ``abs_err`` is blank where
+    it is (no prediction without a note from the method, or no true score)."""
+    notes = frame["note"].fillna("").astype(str).to_numpy(dtype=object)
+    unexplained = frame["y_pred"].isna().to_numpy() & (notes == "")
+    notes[unexplained] = frame["method"].to_numpy(dtype=object)[unexplained] + (
+        ": no prediction for this cell"
+    )
+    no_truth = frame["y_true"].isna().to_numpy()
+    truth_note = "no true score: the cell has no scored response in the full cache"
+    notes[no_truth] = np.where(
+        notes[no_truth] == "", truth_note, notes[no_truth] + "; " + truth_note
+    )
+    return notes
 
 
 def _placed_predictions(masked, targets, holdout, space_params, seed, intervals):

@@ -24,11 +24,13 @@ from pkps_core.views.experiments import (
     LEVER_LABELS,
     METHOD_COLOURS,
     all_point_tests,
+    blank_cells_table,
     budget_check,
     hover_format,
     lever_axis_title,
     lever_label,
     new_model_tables,
+    summary_export,
 )
 from pkps_core.views.predictions import (
     cell_overview,
@@ -66,6 +68,7 @@ __all__ = [
     "MODEL_ORDERS",
     "SpaceSummary",
     "all_point_tests",
+    "blank_cells_table",
     "budget_check",
     "cell_overview",
     "chosen_multiple",
@@ -109,5 +112,6 @@ __all__ = [
     "store_path_problem",
     "stores_in",
     "summarize_space",
+    "summary_export",
     "umap_2d",
 ]

@@ -6,7 +6,13 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from pkps_core.protocols import ProtocolResult, format_intervals, format_summary
+from pkps_core.protocols import (
+    MAE_AVERAGING,
+    ProtocolResult,
+    blank_notes,
+    format_intervals,
+    format_summary,
+)
 from pkps_core.protocols.reports import COMPARATORS, wilcoxon_tests
 
 
@@ -166,3 +172,44 @@ def all_point_tests(result: ProtocolResult) -> pd.DataFrame:
     if result.protocol == "new-model" or smallest is None:
         return result.tests
     return wilcoxon_tests(result.long, result.levers, comparator=comparator)
+
+
+def blank_cells_table(long: pd.DataFrame) -> pd.DataFrame:
+    """Why cells have no error, for the page: method, how many of its cells, the reason
+    (:func:`pkps_core.protocols.blank_notes`, pooled over settings and seeds)."""
+    notes = blank_notes(long)
+    return pd.DataFrame(
+        {
+            "method": notes["method"],
+            "cells without an error": [
+                f"{blank} of {cells}"
+                for blank, cells in zip(notes["blank_cells"], notes["cells"], strict=True)
+            ],
+            "why": notes["note"],
+        }
+    )
+
+
+def summary_export(result: ProtocolResult) -> pd.DataFrame:
+    """The MAE table as a file: the summary's numbers unrounded, how they average, and
+    why some or all of a row's cells have no error (its blank cells' most frequent note;
+    ``coverage`` is the share with one)."""
+    summary = result.summary.copy()
+    keys = [*result.levers, "method"]
+    blank = result.long[result.long["abs_err"].isna()]
+    if len(blank):
+        reasons = (
+            blank.groupby([*keys, "note"], dropna=False)
+            .size()
+            .rename("n")
+            .reset_index()
+            .sort_values("n", ascending=False, kind="stable")
+            .drop_duplicates(keys)
+            .drop(columns="n")
+        )
+        summary = summary.merge(reasons, on=keys, how="left")
+    else:
+        summary["note"] = ""
+    summary["note"] = summary["note"].where(summary["coverage"] < 1, "").fillna("")
+    summary["averaging"] = MAE_AVERAGING
+    return summary
