@@ -134,21 +134,39 @@ def active_path() -> str:
     return path
 
 
-def url_setting(key: str, options) -> None:
+def from_url(key: str, options, *, many: bool = False):
+    """The URL's value of ``key`` among ``options`` (matched by its text); with ``many``
+    the list of its values that are (an empty ``?key=`` is an empty list). None when the
+    URL has no ``key``, or (without ``many``) no value among ``options``."""
+    if key not in st.query_params:
+        return None
+    wanted = [v for v in st.query_params.get_all(key) if v != ""]
+    found = [next((o for o in options if str(o) == v), None) for v in wanted]
+    found = list(dict.fromkeys(o for o in found if o is not None))
+    if many:
+        return found
+    return found[0] if found else None
+
+
+def url_setting(key: str, options, *, many: bool = False) -> None:
     """Before a keyed widget: take its value from the URL on a session's first run (when it
-    is one of ``options``). After it, :func:`keep_in_url` writes the value back."""
-    value = st.query_params.get(key)
+    is one of ``options``; with ``many``, the values that are). After it,
+    :func:`keep_in_url` writes the value back."""
+    value = from_url(key, options, many=many)
     if key not in st.session_state and value is not None:
-        matches = [o for o in options if str(o) == value]
-        if matches:
-            st.session_state[key] = matches[0]
+        st.session_state[key] = value
 
 
 def keep_in_url(*keys: str) -> None:
-    """Write the widgets' values to the URL (a reload shows the same view)."""
+    """Write the widgets' values to the URL (a reload shows the same view); a list as a
+    repeated parameter (``?key=a&key=b``; empty: ``?key=``)."""
     for key in keys:
         if key in st.session_state:
-            st.query_params[key] = str(st.session_state[key])
+            value = st.session_state[key]
+            if isinstance(value, list | tuple):
+                st.query_params[key] = [str(v) for v in value] or [""]
+            else:
+                st.query_params[key] = str(value)
 
 
 def active_store() -> Store:

@@ -155,22 +155,27 @@ st.caption(
 )
 path, version = shared.require_data()
 store_models = sorted(shared.load_cells(path, version)["model"].unique())
+SOURCES = ["From the store", "Upload its responses"]
+# the source, the store's model and the holdout live in the URL: a reload shows this model
+shared.url_setting("new_model_source", SOURCES)
+shared.url_setting("new_model_pick", store_models)
+shared.url_setting("new_model_holdout", ["family", "model"])
 controls = st.columns([2, 3, 1])
-source = controls[0].radio(
-    "Model", ["From the store", "Upload its responses"], key="new_model_source"
-)
+source = controls[0].radio("Model", SOURCES, key="new_model_source")
 holdout = controls[2].radio(
     "Holdout",
     ["family", "model"],
     key="new_model_holdout",
     help="family: no model of its family is a reference (the new-model protocol's)",
 )
+shared.keep_in_url("new_model_source", "new_model_holdout")
 notes: list[str] = []
 fitted = shared.predictor_status(path, holdout) == "current"
 with st.status("Predicting the model as new…", expanded=False) as status:
     try:
         if source == "From the store":
             model = controls[1].selectbox("Model in the store", store_models, key="new_model_pick")
+            shared.keep_in_url("new_model_pick")
             started, placed = time.time(), fitted
             if fitted:
                 result = placed_store_report(path, version, model, holdout)

@@ -54,6 +54,22 @@ defaults = {
     "intervals": True,
     "budget": DEFAULT_BUDGET,
 }
+# The form's settings live in the URL (its widgets' keys): a reload, a second tab or a shared
+# link starts from them (read on a session's first run; the form's widgets then keep them).
+URL_CHOICES = {
+    "pred_methods": ("methods", available),
+    "pred_targets": ("targets", models),
+    "pred_holdout": ("holdout", ["family", "model"]),
+    "pred_bandwidth": ("bandwidth", ["cv", "median"]),
+    "pred_response_kernel": ("response_kernel", RESPONSE_KERNEL_CHOICES),
+    "pred_budget": ("budget", range(1, 100_001)),
+    "pred_intervals": ("intervals", [True, False]),
+}
+if "prediction_settings" not in st.session_state:
+    for url_key, (name, options) in URL_CHOICES.items():
+        chosen = shared.from_url(url_key, options, many=isinstance(defaults[name], list))
+        if chosen is not None:
+            defaults[name] = chosen
 settings = st.session_state.setdefault("prediction_settings", defaults)
 # Keyed widgets keep one identity while their defaults follow the submitted settings
 # (an unkeyed widget whose default changes is a new widget, and the next submit's
@@ -121,6 +137,7 @@ with st.form("prediction_form"):
             "budget": int(budget),
         }
         st.session_state["prediction_settings"] = settings
+shared.keep_in_url(*URL_CHOICES)
 
 if not settings["methods"]:
     st.info("Choose at least one method and press Predict.")
