@@ -15,11 +15,10 @@ from pkps_core.views.new_model import (
     length_sentence,
     new_model_report,
     run_status,
-    upload_as_new,
-    upload_target,
 )
 from pkps_core.views.placed_model import embed_like_store, placed_model_report
 from pkps_core.views.predictions import export_bytes
+from pkps_core.views.uploaded_model import upload_as_new, upload_target
 
 # an upload as the cached reports key it: name, bytes, scores in percent, task mapping
 UploadKey = tuple[str, bytes, bool, tuple[tuple[str, str], ...]]

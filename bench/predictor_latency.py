@@ -50,13 +50,13 @@ started = time.perf_counter()
 import pandas as pd
 from pkps_core.predictor import stored_predictor
 from pkps_core.store import Store
-from pkps_core.views.new_model import _embedded_like_the_store
+from pkps_core.views.uploaded_model import embedded_like_the_store
 from pkps_core.views.placed_model import placed_model_report
 upload = pd.read_parquet(sys.argv[2])
 with Store(sys.argv[1], read_only=True) as store:
     predictor = stored_predictor(store, fit="never")
     embedders = {k: store.fitted_embedder(k) for k in ("query", "response")}
-upload = _embedded_like_the_store(upload, embedders)
+upload = embedded_like_the_store(upload, embedders)
 report = placed_model_report(predictor, upload)
 print(f"{time.perf_counter() - started:.2f}")
 """
@@ -137,8 +137,9 @@ def main() -> None:
     from pkps_core.predict import build_context, predict
     from pkps_core.predictor import stored_predictor
     from pkps_core.store import Store
-    from pkps_core.views.new_model import _embedded_like_the_store, new_model_report
+    from pkps_core.views.new_model import new_model_report
     from pkps_core.views.placed_model import placed_model_report
+    from pkps_core.views.uploaded_model import embedded_like_the_store
 
     rows = []
 
@@ -161,7 +162,7 @@ def main() -> None:
     record("AlpacaEval: ingest 35 references", seconds)
     record("AlpacaEval: first read of the store's records (embeds every text once)", read_seconds)
     first = uploads[uploads["model"] == new_models[0]]
-    embedded, embed_seconds = _timed(_embedded_like_the_store, first, embedders)
+    embedded, embed_seconds = _timed(embedded_like_the_store, first, embedders)
     combined = pd.concat([store_records, embedded], ignore_index=True)
     _, refit = _timed(new_model_report, combined, new_models[0])
     record("refit path: one new model (new_model_report)", refit)
@@ -171,7 +172,7 @@ def main() -> None:
     warm = []
     for model in new_models:
         upload = uploads[uploads["model"] == model]
-        embedded, embed_seconds = _timed(_embedded_like_the_store, upload, embedders)
+        embedded, embed_seconds = _timed(embedded_like_the_store, upload, embedders)
         _, placed = _timed(placed_model_report, predictor, embedded)
         warm.append((embed_seconds, placed))
     record("warm: embed the upload (median of 5)", statistics.median(w[0] for w in warm))

@@ -15,24 +15,23 @@ from pathlib import Path
 import pandas as pd
 
 from pkps_core.cli_args import _bandwidth, _components, _csv_list, _interval_level, _number_list
+from pkps_core.cli_common import (
+    SELF_PAIRS_HELP,
+    check_table_outputs,
+    input_records,
+    open_store,
+    space_params,
+)
 from pkps_core.cli_fit import add_parser as add_fit_parser
 from pkps_core.cli_leaderboard import add_parser as add_leaderboard_parser
+from pkps_core.cli_predict import add_parser as add_predict_parser
 from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_session
-from pkps_core.outputs import check_writable, os_error_message, table_format, write_table
-from pkps_core.reading import read_records
+from pkps_core.outputs import check_writable, os_error_message, write_table
 from pkps_core.records import RecordsError, check_score_range
 from pkps_core.report import add_parser as add_report_parser
 from pkps_core.report import add_percent_argument
-from pkps_core.space.kernels import RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
+from pkps_core.space.kernels import RESPONSE_KERNEL_CHOICES
 from pkps_core.text import terminal_safe, terminal_safe_frame
-
-
-def _check_table_outputs(*paths: str | None) -> None:
-    """Refuse an output table that cannot be written, before the work that makes it."""
-    for path in paths:
-        if path:
-            check_writable(path)
-            table_format(path)
 
 
 def _records_for_csv(records: pd.DataFrame) -> pd.DataFrame:
@@ -49,7 +48,7 @@ def _records_for_csv(records: pd.DataFrame) -> pd.DataFrame:
 def cmd_synth(args: argparse.Namespace) -> int:
     from pkps_core.synthetic import make_synthetic
 
-    _check_table_outputs(args.out, args.truth_out)
+    check_table_outputs(args.out, args.truth_out)
     cache = make_synthetic(
         n_models=args.models,
         n_tasks=args.tasks,
@@ -72,14 +71,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(path: str, *, read_only: bool):
-    """The store at ``path``; a wait for another process is announced on stderr."""
-    from pkps_core.store import Store
-    from pkps_core.store.opening import announce_on_stderr
-
-    return Store(path, read_only=read_only, create=not read_only, on_wait=announce_on_stderr)
-
-
 def cmd_ingest(args: argparse.Namespace) -> int:
     from pkps_core.importers import check_duplicates_across, load
     from pkps_core.store.families import reapply_families
@@ -96,7 +87,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         loaded.append((source, result, time.perf_counter() - started))
     # the rule of one folder or one upload: two files with one key are refused
     check_duplicates_across([(str(source), r.records) for source, r, _ in loaded])
-    with _store(args.db, read_only=False) as store:
+    with open_store(args.db, read_only=False) as store:
         started = time.perf_counter()
         items = [(r.records, str(source), r.warnings) for source, r, _ in loaded]
         reports = store.ingest_many(items)
@@ -112,7 +103,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    with _store(args.db, read_only=True) as store:
+    with open_store(args.db, read_only=True) as store:
         summary = store.summary()
         print(
             f"{summary['models']} models, {summary['tasks']} tasks, "
@@ -138,132 +129,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _input_records(args: argparse.Namespace, client=None) -> pd.DataFrame:
-    """The records of ``--input`` / ``--db``; a dataset directory with a Dask ``client`` is
-    read and embedded on the cluster."""
-    if bool(args.input) == bool(args.db):
-        raise RecordsError("give exactly one of --input FILE or --db PATH")
-    if args.input and Path(args.input).is_dir():
-        if client is not None:
-            from pkps_core.cli_scale import read_on_cluster
-
-            return read_on_cluster(args.input, client)
-        from pkps_core.store.parquet import read_parquet_dataset
-
-        return read_parquet_dataset(args.input)
-    if args.input:
-        return read_records(args.input)
-    with _store(args.db, read_only=True) as store:
-        return store.records()
-
-
-def _kept_fit(args: argparse.Namespace, records: pd.DataFrame):
-    """The store's fitted reference predictor for ``predict --targets … --methods ensemble``
-    when it is current for these settings (``fit --db`` with the same holdout, seed and
-    default space settings), else None (the ensemble is refitted, as without one)."""
-    from pkps_core.predictor import StaleFit, stored_predictor
-
-    default_space = (
-        args.bandwidth == "cv"
-        and args.response_kernel == "linear"
-        and args.self_pairs is None
-        and args.components == 8
-    )
-    if not (args.db and args.targets and "ensemble" in args.methods and default_space):
-        return None
-    with _store(args.db, read_only=True) as store:
-        try:
-            return stored_predictor(
-                store,
-                fit="never",
-                records=records,
-                holdout=args.holdout,
-                n_neighbors=args.neighbors,
-                random_state=args.seed,
-            )
-        except StaleFit:
-            return None
-
-
-def cmd_predict(args: argparse.Namespace) -> int:
-    from pkps_core.predict import predict, reference_is_sample
-    from pkps_core.protocols.masks import mask_targets
-    from pkps_core.views import mae_caption, mae_table, prediction_export
-
-    _check_table_outputs(args.out)
-    if args.budget < 1:
-        raise RecordsError(f"--budget must be at least 1 response per task, got {args.budget}")
-    started = time.perf_counter()
-    with engine_session(args) as engine_params:
-        records = _input_records(args, engine_params.get("client"))
-        kept = _kept_fit(args, records) if not engine_params else None
-        if args.targets:
-            # the targets keep --budget responses per task; the rest is their truth
-            records = mask_targets(records, args.targets, args.budget, seed=args.seed)
-        methods = [m for m in args.methods if kept is None or m != "ensemble"]
-        parts = []
-        if methods:
-            parts.append(
-                predict(
-                    records,
-                    methods,
-                    holdout=args.holdout,
-                    targets=args.targets,
-                    space_params=_space_params(args) | engine_params,
-                    n_neighbors=args.neighbors,
-                    intervals=args.interval,
-                )
-            )
-        if kept is not None:  # the targets placed by the store's fitted predictor
-            placed = kept.predict(records[records["model"].isin(args.targets)], level=args.interval)
-            parts.append(placed.drop(columns="profile"))
-        predictions = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    elapsed = time.perf_counter() - started
-    settings = {
-        "holdout": args.holdout,
-        "bandwidth": str(args.bandwidth),
-        "response_kernel": args.response_kernel,
-        "budget": args.budget if args.targets else None,
-        "seed": args.seed,
-        "self_pairs": args.self_pairs,
-    }
-    write_table(
-        prediction_export(predictions, targets=args.targets or (), settings=settings), args.out
-    )
-    how = " (ensemble: the targets placed by the store's fitted predictor)" if kept else ""
-    print(f"wrote {len(predictions)} predictions to {args.out} in {elapsed:.1f} s{how}")
-    if args.interval is not None:
-        flagged = predictions.groupby("method")["extrapolation"].sum()
-        print(
-            f"{args.interval:.0%} conformal intervals in lower/upper; extrapolation warnings: "
-            + ", ".join(f"{m} {int(n)}" for m, n in flagged.items())
-        )
-    self_reference = not args.targets and reference_is_sample(predictions, records)
-    table = mae_table(predictions, args.targets, self_reference=self_reference)
-    if table["cells_scored"].sum():
-        budget = args.budget if args.targets else None
-        print(mae_caption(self_reference=self_reference, budget=budget) + ":")
-        for method, row in table.iterrows():
-            value = "—" if pd.isna(row["MAE"]) else f"{row['MAE']:.4f}"
-            note = f"  ({row['note']})" if row["note"] else ""
-            print(f"  {method:<12} {value:>7}  over {int(row['cells_scored'])} cells{note}")
-    return 0
-
-
-SELF_PAIRS_HELP = "default: exclude with --targets (budgets differ), else include"
-
-
-def _space_params(args: argparse.Namespace) -> dict:
-    params = {"query_bandwidth": args.bandwidth, "response_kernel": args.response_kernel}
-    params |= {"n_components": args.components, "random_state": args.seed}
-    return params | ({"self_pairs": args.self_pairs} if args.self_pairs else {})
-
-
 def cmd_next(args: argparse.Namespace) -> int:
     from pkps_core.predict import predict
     from pkps_core.trust import next_cells, task_query_counts
 
-    records = _input_records(args)
+    records = input_records(args)
     if args.target not in set(records["model"].astype(str)):
         raise RecordsError(f"unknown target model {args.target!r}; it is not in the input")
     if args.top < 1:
@@ -273,7 +143,7 @@ def cmd_next(args: argparse.Namespace) -> int:
         records,
         [args.method],
         holdout=args.holdout,
-        space_params=_space_params(args),
+        space_params=space_params(args),
         n_neighbors=args.neighbors,
         intervals=args.interval,
     )
@@ -311,7 +181,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise RecordsError(
             f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}"
         )
-    _check_table_outputs(args.out)
+    check_table_outputs(args.out)
     space_params = {"response_kernel": args.response_kernel}
     if args.query_components is not None:
         space_params["query_components"] = args.query_components
@@ -323,7 +193,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     with engine_session(args) as engine_params:
-        records = _input_records(args, engine_params.get("client"))
+        records = input_records(args, engine_params.get("client"))
         result = run_protocol(
             records,
             args.protocol,
@@ -358,24 +228,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _interval_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--interval",
-        type=_interval_level,
-        default=0.9,
-        help="level of the conformal intervals in lower/upper, with extrapolation warnings "
-        "(default 0.9)",
-    )
-    group.add_argument(
-        "--no-interval",
-        dest="interval",
-        action="store_const",
-        const=None,
-        help="skip intervals and warnings (faster; lower/upper stay empty)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pkps_core",
@@ -395,41 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--seed", type=int, default=0)
     synth.set_defaults(run=cmd_synth)
 
-    pred = sub.add_parser("predict", help="predict every (model, task) cell")
-    pred.add_argument("--input", help="canonical .csv / .parquet, or a Parquet dataset DIR")
-    pred.add_argument("--db", help="a store made by `ingest` (instead of --input)")
-    pred.add_argument("--out", required=True, help="output .csv or .parquet")
-    pred.add_argument(
-        "--methods", type=_csv_list, default=["sample", "dkps", "pkps"], help="comma-separated"
-    )
-    pred.add_argument("--holdout", choices=["model", "family"], default="model")
-    pred.add_argument("--bandwidth", type=_bandwidth, default="cv", help="cv | median | FLOAT")
-    pred.add_argument(
-        "--targets",
-        type=_csv_list,
-        default=None,
-        help="models to treat as new: they keep --budget responses per task and are judged "
-        "against their full-data cell scores (reference_score)",
-    )
-    pred.add_argument(
-        "--budget",
-        type=int,
-        default=4,
-        help="with --targets: responses each target keeps per task, drawn with --seed (default 4)",
-    )
-    pred.add_argument(
-        "--response-kernel",
-        choices=RESPONSE_KERNEL_CHOICES,
-        default="linear",
-        help=RESPONSE_KERNEL_NOTE,
-    )
-    pred.add_argument("--self-pairs", choices=["include", "exclude"], help=SELF_PAIRS_HELP)
-    pred.add_argument("--components", type=int, default=8, help="MDS dimension d")
-    pred.add_argument("--neighbors", type=int, default=5, help="K of the KNN regression")
-    pred.add_argument("--seed", type=int, default=0)
-    _interval_arguments(pred)
-    add_engine_arguments(pred)
-    pred.set_defaults(run=cmd_predict)
+    add_predict_parser(sub)
 
     nxt = sub.add_parser(
         "next", help="rank a model's missing or thinly observed cells by interval width"

@@ -404,8 +404,9 @@ def _on_store_tasks(upload: pd.DataFrame, store, args) -> tuple[pd.DataFrame, li
 def _upload_report(upload, records, store, predictor, args):
     """The report of an uploaded model, placed by the kept predictor where the store has
     text embedders for its texts, else refitted with the store (the page's two paths)."""
-    from pkps_core.views.new_model import new_model_report, upload_as_new, upload_target
+    from pkps_core.views.new_model import new_model_report
     from pkps_core.views.placed_model import embed_like_store, placed_model_report
+    from pkps_core.views.uploaded_model import upload_as_new, upload_target
 
     embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
     embeddable = all(e is not None for e in embedders.values())

@@ -15,10 +15,10 @@ from pkps_core.views.new_model import (
     independent_interval,
     new_model_report,
     rank_interval,
-    upload_target,
     warning_sentences,
     weighted_mean,
 )
+from pkps_core.views.uploaded_model import upload_target
 
 TARGET = "fam0/model-00"
 

@@ -377,13 +377,17 @@ def test_without_reference_scores_the_reference_is_the_sample_score_and_the_cli_
         capsys, "predict", "--input", source, "--out", out, "--targets", "c/z", "--no-interval"
     )
     assert code == 0, err
-    assert "MAE against each cell's sample score (the input has no reference_score" in printed
+    # the target keeps --budget (4) of its 6 responses per task and is judged against the
+    # mean of all 6 (its full data), never against what its prediction saw
+    assert "MAE against each target cell's full-data score" in printed
     predictions = pd.read_csv(out)
     references = predictions[predictions["model"] != "c/z"]
     assert references["reference_score"].notna().all()
     assert (references["reference_score"] == references["sample_score"]).all()
-    # a target's few responses are not a reference
-    assert predictions.loc[predictions["model"] == "c/z", "reference_score"].isna().all()
+    target = predictions[predictions["model"] == "c/z"].set_index("task")
+    full = pd.read_csv(source).query("model == 'c/z'").groupby("task")["score"].mean()
+    assert (target["n_responses"] == 4).all()
+    assert (target["reference_score"] == full.loc[target.index]).all()
     with_column = cache(models, n_queries=6).assign(reference_score=0.5)
     code, printed, _ = cli(
         capsys,

@@ -27,9 +27,19 @@ LAYERS = [
     {"trust"},
     {"predict", "predictor"},
     {"protocols"},
-    {"views", "uploads", "demo"},
+    {"views", "uploads", "demo", "leaderboard"},
     {"report"},  # a view's content as figures, HTML and text, for the page and the CLI
-    {"cli", "cli_args", "cli_fit", "cli_scale", "__main__", "__init__"},
+    {
+        "cli",
+        "cli_args",
+        "cli_common",
+        "cli_fit",
+        "cli_leaderboard",
+        "cli_predict",
+        "cli_scale",
+        "__main__",
+        "__init__",
+    },
 ]
 
 

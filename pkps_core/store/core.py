@@ -46,6 +46,7 @@ from pkps_core.store.schema import (
     _EMBEDDING_COLUMNS,
     _SCALAR_COLUMNS,
     _SCHEMA,
+    COVERAGE_SQL,
     PAIREDNESS_SQL,
 )
 
@@ -438,13 +439,7 @@ class Store:
             Cells without responses are absent.
         """
         with self._cursor() as cur:
-            return cur.execute(
-                """
-                SELECT model, task, count(*) AS n_responses, count(score) AS n_scored,
-                       avg(score) AS sample_score
-                FROM responses GROUP BY model, task ORDER BY model, task
-                """
-            ).df()
+            return cur.execute(COVERAGE_SQL).df()
 
     def pairedness(self, task: str | None = None) -> pd.DataFrame:
         """Shared-query fraction ρ between every ordered pair of models, in SQL.

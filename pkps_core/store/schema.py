@@ -80,6 +80,13 @@ _SCHEMA = (
     "INSERT INTO meta VALUES ('version', 0) ON CONFLICT DO NOTHING",
 )
 
+# responses, scored responses and the sample score per observed cell (Store.coverage)
+COVERAGE_SQL = """
+SELECT model, task, count(*) AS n_responses, count(score) AS n_scored,
+       avg(score) AS sample_score
+FROM responses GROUP BY model, task ORDER BY model, task
+"""
+
 # ρ between every ordered pair of models (Store.pairedness); parameters: task, task
 PAIREDNESS_SQL = """
 WITH q AS (

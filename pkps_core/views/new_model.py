@@ -5,8 +5,8 @@ with the references' shadows (:func:`pkps_core.predict.build_context` with ``tar
 for one target and gathers what the page, the CLI's ``report`` command and the exports
 show: per-task predictions with intervals, the query-weighted overall score, the rank
 among the references with its interval, the nearest references in PKPS, the warnings in
-words, and what to evaluate next. :func:`upload_target` turns an uploaded file's records
-into the target of such a run without writing them to the store.
+words, and what to evaluate next. An uploaded file's model is made the target of such a
+run by :mod:`pkps_core.views.uploaded_model`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from scipy.stats import norm
 from pkps_core.methods.length import length_scores
 from pkps_core.methods.stacking import ensemble_weights
 from pkps_core.predict import build_context, predict
-from pkps_core.records import RecordsError, validate_records
+from pkps_core.records import RecordsError
 from pkps_core.trust import next_cells, reason_words, task_query_counts
 from pkps_core.views.space import nearest_neighbours, similar_query_responses
 
 METHOD = "ensemble"
 LEVEL = 0.9
-EMBEDDING_COLUMNS = ("query_embedding", "response_embedding")
 TASK_COLUMNS = (
     "task",
     "task_queries",
@@ -216,93 +215,6 @@ def warning_sentences(tasks: pd.DataFrame) -> list[str]:
         said = ["it " + part if part != reason else part for part in reason_words(reason)]
         out.append(f"Task {row.task}: " + "; ".join(said) + ".")
     return out
-
-
-def _embedded_like_the_store(uploaded: pd.DataFrame, embedders: dict) -> pd.DataFrame:
-    """The upload with vectors from the store's fitted embedders, where it has the texts
-    and no vectors of its own (unchanged otherwise)."""
-    out = uploaded.copy()
-    for kind in ("query", "response"):
-        column = f"{kind}_embedding"
-        has_vectors = column in out and out[column].notna().all()
-        if has_vectors or embedders.get(kind) is None:
-            continue
-        if kind not in out or out[kind].isna().any():
-            return uploaded
-        out[column] = list(embedders[kind].transform(out[kind].tolist()))
-    return out
-
-
-def upload_as_new(uploaded: pd.DataFrame, store_models) -> tuple[pd.DataFrame, str, list[str]]:
-    """An uploaded file's records as one new model for the fitted predictor: exactly one
-    model (else :class:`RecordsError`), renamed `` (uploaded)`` when the store already
-    holds a model of that name (the store's is not the upload). Returns the records, the
-    model's name and notes for the page."""
-    models = sorted(uploaded["model"].astype(str).unique())
-    if len(models) != 1:
-        shown = ", ".join(repr(m) for m in models[:5])
-        raise RecordsError(
-            f"the upload holds {len(models)} models ({shown}); upload one model's responses, "
-            "or add the others to the store on the Data page"
-        )
-    model, notes = models[0], []
-    existing = set(map(str, store_models))
-    if model in existing:
-        name = f"{model} (uploaded)"
-        while name in existing:
-            name += "'"
-        notes.append(f"the store already holds {model!r}; the upload is predicted as {name!r}")
-        uploaded = uploaded.assign(model=name)
-        model = name
-    return uploaded, model, notes
-
-
-def upload_target(
-    uploaded: pd.DataFrame,
-    store_records: pd.DataFrame,
-    embedders: dict | None = None,
-) -> tuple[pd.DataFrame, str, list[str]]:
-    """An uploaded model's records joined to the store's, ready to predict it as a target.
-
-    Parameters
-    ----------
-    uploaded : DataFrame
-        Canonical records of exactly one model (e.g. :func:`pkps_core.uploads.read_uploads`).
-    store_records : DataFrame
-        The store's records (with or without embeddings).
-    embedders : dict, optional
-        ``{"query": embedder, "response": embedder}``: the store's fitted text embedders
-        (:meth:`pkps_core.store.Store.fitted_embedder`). With them and ``store_records``
-        carrying vectors, the upload's texts are embedded alike and the store's vectors
-        kept; otherwise every text is embedded afresh together.
-
-    Returns
-    -------
-    records : DataFrame
-        Both, validated; embedding columns dropped unless every row has them (the texts
-        are then embedded together by the offline embedder).
-    model : str
-        The target's name: the uploaded name, with `` (uploaded)`` appended when the
-        store already holds a model of that name.
-    notes : list of str
-        What was changed, for the page to say.
-
-    Raises
-    ------
-    RecordsError
-        The upload holds no model or more than one.
-    """
-    uploaded, model, notes = upload_as_new(uploaded, store_records["model"].unique())
-    if embedders and all(c in store_records for c in EMBEDDING_COLUMNS):
-        uploaded = _embedded_like_the_store(uploaded, embedders)
-    combined = pd.concat([store_records, uploaded], ignore_index=True)
-    partial = [c for c in EMBEDDING_COLUMNS if c in combined and combined[c].isna().any()]
-    if partial:
-        combined = combined.drop(columns=[c for c in EMBEDDING_COLUMNS if c in combined])
-        notes.append(
-            "texts embedded together with the offline embedder (the upload has no vectors)"
-        )
-    return validate_records(combined), model, notes
 
 
 def new_model_report(

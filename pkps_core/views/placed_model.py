@@ -66,7 +66,7 @@ def _renamed(report: NewModelReport, inside: str, name: str) -> NewModelReport:
 def embed_like_store(records: pd.DataFrame, store) -> pd.DataFrame:
     """``records`` (a new model's texts) with vectors from ``store``'s fitted embedders, the
     space its references' vectors are in (unchanged where they have vectors already)."""
-    from pkps_core.views.new_model import _embedded_like_the_store
+    from pkps_core.views.uploaded_model import embedded_like_the_store
 
     embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
-    return _embedded_like_the_store(records, embedders)
+    return embedded_like_the_store(records, embedders)
