@@ -23,6 +23,7 @@ from scipy import sparse
 from pkps_core.space import kernels
 
 BLOCK_BYTES = 64 * 2**20
+DENSE_SHARE = 4  # a row that answered at least 1/DENSE_SHARE of the queries is dense
 
 
 def shadow_pair_sums(
@@ -63,7 +64,16 @@ def shadow_pair_sums(
     shadow_rows = [
         np.arange(layout.model_bounds[s], layout.model_bounds[s + 1]) for s in shadow_models
     ]
-    width = max(len(row_models), len(shadow_models), 1)
+    # rows that answered most queries (the references) meet the shadows through one dense
+    # product per block; rows that answered few (shadows, thin new models) through their
+    # own responses, one small product per query, so their cost follows their responses
+    answered = np.bincount(model_idx, minlength=n_models)
+    dense = row_models[answered[row_models] * DENSE_SHARE >= n_queries]
+    in_sparse = np.isin(model_idx, np.setdiff1d(row_models, dense))
+    sparse_responses = np.flatnonzero(in_sparse)
+    sparse_responses = sparse_responses[np.argsort(query_idx[sparse_responses], kind="stable")]
+    sparse_queries = query_idx[sparse_responses]
+    width = max(len(dense), len(shadow_models), 1)
     rows_per_block = max(1, BLOCK_BYTES // (8 * p * width))
     squared = None
     if query_vectors is not None:
@@ -77,9 +87,9 @@ def shadow_pair_sums(
     ]
     numerators = np.zeros((len(bandwidths), n_models, len(shadow_models)))
     denominators = np.zeros((len(bandwidths), n_models, len(shadow_models)))
-    selected = np.isin(model_idx, row_models)
+    selected = np.isin(model_idx, dense)
     position = np.full(n_models, -1)
-    position[row_models] = np.arange(len(row_models))
+    position[dense] = np.arange(len(dense))
     # every shadow's responses padded to one length: one batched product per block
     longest = max((len(own) for own in shadow_rows), default=0)
     padded = np.zeros((len(shadow_models), longest), dtype=np.int64)
@@ -98,10 +108,12 @@ def shadow_pair_sums(
             query_idx[selected],
             features[selected],
             block,
-            len(row_models),
+            len(dense),
         )
-        flat = y.reshape(len(row_models), -1)
-        delta = None
+        flat = y.reshape(len(dense), -1)
+        first, last = np.searchsorted(sparse_queries, [block[0], block[-1] + 1])
+        thin = sparse_responses[first:last]
+        delta = scattered = None
         for b, query_kernel in enumerate(kernels_by_bandwidth):
             if query_kernel is None:  # a shadow's response meets one query
                 if delta is None:
@@ -114,17 +126,33 @@ def shadow_pair_sums(
                         owner,
                         len(shadow_models),
                     )
-                numerators[b, row_models] += delta[0]
-                denominators[b, row_models] += delta[1]
-                continue
+                numerators[b, dense] += delta[0]
+                denominators[b, dense] += delta[1]
+                if len(thin) and scattered is None:
+                    scattered = _scattered(
+                        block, query_idx[all_rows], features[all_rows], owner, len(shadow_models)
+                    )
+                w, mass = scattered if len(thin) else (None, None)
             else:
                 # (shadows, block, their responses): kQ(u_q, u_{q_l}), 0 for the padding
                 columns = query_kernel[padded_queries[:, None, :], block[None, :, None]]
                 columns *= present[:, None, :]
                 w = np.matmul(columns, padded_features)  # (shadows, block, p), contiguous
                 mass = columns.sum(axis=2)
-            numerators[b, row_models] += flat @ w.reshape(len(shadow_models), -1).T
-            denominators[b, row_models] += counts @ mass.T
+                if len(dense):
+                    numerators[b, dense] += flat @ w.reshape(len(shadow_models), -1).T
+                    denominators[b, dense] += counts @ mass.T
+            if len(thin):
+                _thin_rows(
+                    numerators[b],
+                    denominators[b],
+                    w,
+                    mass,
+                    thin,
+                    query_idx[thin] - block[0],
+                    model_idx[thin],
+                    features,
+                )
     # each shadow with itself, shadows in chunks: their responses' Gram matrices (padded
     # rows are zero vectors and weigh 0), weighted by the query kernel per bandwidth
     chunk = max(1, BLOCK_BYTES // (8 * 3 * max(longest, 1) ** 2))
@@ -143,6 +171,33 @@ def shadow_pair_sums(
             numerators[b, shadow_models[part], own] = np.einsum("sij,sij->s", weight, gram)
             denominators[b, shadow_models[part], own] = weight.sum(axis=(1, 2))
     return [(numerators[b], denominators[b]) for b in range(len(bandwidths))]
+
+
+def _scattered(block, queries, vectors, owner, n_shadows):
+    """The delta kernel's ``W_s[q]`` (each shadow's own response to ``q``, zero where it
+    did not answer) and ``w_s[q]`` (1 where it answered) for one block of queries."""
+    inside = (queries >= block[0]) & (queries <= block[-1])
+    w = np.zeros((n_shadows, len(block), vectors.shape[1]))
+    mass = np.zeros((n_shadows, len(block)))
+    w[owner[inside], queries[inside] - block[0]] = vectors[inside]
+    mass[owner[inside], queries[inside] - block[0]] = 1.0
+    return w, mass
+
+
+def _thin_rows(numerator, denominator, w, mass, responses, local, owners, features):
+    """The sums of thin rows with every shadow from their own responses (sorted by query):
+    ``N[i, s] += x_r · W_s[q_r]`` and ``Z[i, s] += w_s[q_r]`` for each response ``r`` of
+    row ``i``, one small product per query."""
+    values = np.empty((len(responses), w.shape[0]))
+    edges = np.flatnonzero(np.diff(local)) + 1
+    for start, stop in zip(np.r_[0, edges], np.r_[edges, len(local)], strict=True):
+        values[start:stop] = features[responses[start:stop]] @ w[:, local[start], :].T
+    rows = sparse.csr_matrix(
+        (np.ones(len(responses)), (owners, np.arange(len(responses)))),
+        shape=(numerator.shape[0], len(responses)),
+    )
+    numerator += rows @ values
+    denominator += rows @ mass[:, local].T
 
 
 def _delta_block(y, counts, block, queries, vectors, owner, n_shadows):
