@@ -1,25 +1,31 @@
-"""Perspective space: PKPS next to DKPS, coloured by a task's score, with neighbours."""
+"""Perspective space: PKPS and DKPS aligned on one picture, how much they agree and why,
+with neighbours and responses of the selected models."""
 
 import time
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 import app_shared as shared
 from pkps_core import views
+from pkps_core.outputs import table_bytes
 from pkps_core.records import RecordsError
 from pkps_core.space import BANDWIDTH_GRID, RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
+from pkps_core.views import comparison
 
 MAX_SELECTED = 5
+CHART_KEY = "space_maps"
 
 st.title("Perspective space")
+# the comparison is the page: less space above the title keeps both maps above the fold at
+# 1400×900 (Streamlit's default top padding is 6rem)
+st.html("<style>[data-testid='stMainBlockContainer']{padding-top:3rem}</style>")
 path, version = shared.require_data()
 cells = shared.load_cells(path, version)
-tasks = sorted(cells["task"].unique())
+metadata = comparison.model_metadata(cells)
 
-controls = st.columns([1, 2, 1, 1, 1, 1])
+controls = st.columns([1.1, 2.3, 1.1, 0.8, 1.2])
 shared.url_setting("query_kernel", ["rbf", "delta"])
 shared.url_setting("response_kernel", RESPONSE_KERNEL_CHOICES)
 query_kernel = controls[0].radio(
@@ -53,9 +59,28 @@ response_kernel = controls[2].selectbox(
     "Response kernel", RESPONSE_KERNEL_CHOICES, key="response_kernel", help=RESPONSE_KERNEL_NOTE
 )
 n_components = controls[3].number_input("MDS dimension d", 2, 32, 8, key="n_components")
-colour_task = controls[4].selectbox("Colour by task", tasks, key="colour_task")
-view = controls[5].radio("2-D view", ["MDS axes 1–2", "UMAP"], key="view")
+view = controls[4].radio("2-D view", ["MDS axes 1–2", "UMAP"], key="view", horizontal=True)
 shared.keep_in_url("query_kernel", "response_kernel")
+
+looks = st.columns([1.3, 1.6, 1.5])
+colour_by = looks[0].selectbox(
+    "Colour by",
+    comparison.colour_options(metadata),
+    key="colour_by",
+    help="Overall: the query-weighted mean of a model's task scores (each cell's reference "
+    "score, else its sample score) over the tasks it answered.",
+)
+mode = looks[1].radio(
+    "Show",
+    comparison.MODES,
+    key="space_mode",
+    horizontal=True,
+    help="Overlay: one map, a line from each model's DKPS position (open circle, aligned) "
+    "to its PKPS position.",
+)
+search = looks[2].text_input(
+    "Find a model", key="space_search", placeholder="part of a name: ringed in both maps"
+)
 
 bandwidth = "cv" if cross_validate or query_kernel == "delta" else float(multiple)
 settings = (query_kernel, response_kernel, bandwidth, int(n_components))
@@ -108,13 +133,90 @@ if cross_validate or query_kernel == "delta":
     # a keyed widget ignores value= after its first run: the state carries what was used
     st.session_state["bandwidth_shown"] = views.chosen_multiple(left, BANDWIDTH_OPTIONS)
     slider_slot.select_slider(
-        BANDWIDTH_LABEL
-        + (" — chosen by cross-validation" if query_kernel == "rbf" else " — delta kernel"),
+        BANDWIDTH_LABEL,
         options=BANDWIDTH_OPTIONS,
         format_func=bandwidth_text,
         disabled=True,
+        help="Chosen by cross-validation (the curve below)"
+        if query_kernel == "rbf"
+        else "The delta kernel is the bandwidth's 0 limit",
         key="bandwidth_shown",
     )
+
+xy_left = xy_right = None
+if view == "UMAP":
+    try:
+        xy_left = shared.umap_view(path, version, *settings)
+        xy_right = shared.umap_view(path, version, *dkps_settings)
+    except ImportError:
+        st.info(
+            "UMAP needs the optional package umap-learn (pip install umap-learn); "
+            "showing the first MDS axes."
+        )
+
+
+def chart_selection(key: str):
+    state = st.session_state.get(key)
+    return state.get("selection") if state else None
+
+
+# A click, box or lasso selection moves into the model picker below (changing a chart's
+# figure resets its selection), so the selection is kept, editable, and ringed in both maps.
+new_from_chart = views.selected_models(chart_selection(CHART_KEY))
+if new_from_chart:
+    st.session_state["picked_models"] = views.merge_selection(
+        st.session_state.get("picked_models", []), new_from_chart, left.models
+    )
+found = comparison.search_models(left.models, search)
+highlight = list(dict.fromkeys([*found, *st.session_state.get("picked_models", [])]))
+highlight = highlight[:MAX_SELECTED]
+
+left_title = "PKPS" if query_kernel == "rbf" else "Delta query kernel (same as DKPS)"
+compared = comparison.compare_spaces(left, right, xy_left, xy_right)
+pairing = comparison.pairing_summary(shared.load_pairedness(path, version, None))
+sentence = comparison.agreement_sentence(
+    compared.agreement, pairing, same_kernel=query_kernel == "delta"
+)
+# above the maps, so the reader knows what to expect before looking
+if np.isfinite(compared.agreement.distance_correlation) and (
+    compared.agreement.distance_correlation >= 0.7
+):
+    st.info(sentence, icon=":material/compare_arrows:")
+else:
+    st.warning(sentence, icon=":material/warning:")
+if search.strip() and not found:
+    st.caption(f"No model name contains {search.strip()!r}.")
+figure = comparison.comparison_figure(
+    compared,
+    metadata,
+    colour_by,
+    mode=mode,
+    highlight=highlight,
+    left_title=left_title,
+    right_title="DKPS, aligned to the left map (Procrustes)",
+)
+event = st.plotly_chart(
+    figure,
+    width="stretch",
+    on_select="rerun",
+    selection_mode=("points", "box", "lasso"),
+    key=CHART_KEY,
+)
+st.caption(
+    f"Same axes, one colour scale: DKPS is aligned to {left_title} on their {len(compared.frame)} "
+    f"models (orthogonal Procrustes with scale; MDS fixes a map only up to rotation and "
+    f"reflection), which leaves {compared.alignment.disparity_:.1%} of the left map's spread "
+    "unmatched. Click, box or lasso points to ring them in both maps."
+    + (" UMAP keeps neighbourhoods, not distances." if compared.view == "UMAP" else "")
+)
+st.download_button(
+    "Download these coordinates (CSV)",
+    table_bytes(comparison.shown_coordinates(compared, metadata), "csv"),
+    file_name="coordinates.csv",
+    mime="text/csv",
+    help="The 2-D view shown (DKPS aligned), with each model's overall score, family and "
+    "responses.",
+)
 
 if query_kernel == "rbf":
     st.caption(
@@ -174,170 +276,16 @@ if query_kernel == "rbf" and cross_validate:
             hide_index=True,
         )
 
-xy_left = xy_right = None
-if view == "UMAP":
-    try:
-        xy_left = shared.umap_view(path, version, *settings)
-        xy_right = shared.umap_view(path, version, *dkps_settings)
-    except ImportError:
-        st.info(
-            "UMAP needs the optional package umap-learn (pip install umap-learn); "
-            "showing the first MDS axes."
-        )
-
-
-def chart_selection(key: str):
-    state = st.session_state.get(key)
-    return state.get("selection") if state else None
-
-
-# A box / lasso selection moves into the model picker below (changing a chart's figure
-# resets its selection), so the selection is kept, editable, and highlighted in both panels.
-new_from_charts = views.selected_models(
-    chart_selection("pkps_scatter"), chart_selection("dkps_scatter")
-)
-if new_from_charts:
-    st.session_state["picked_models"] = views.merge_selection(
-        st.session_state.get("picked_models", []), new_from_charts, left.models
-    )
-highlight = list(st.session_state.get("picked_models", []))[:MAX_SELECTED]
-frames = {
-    "left": views.scatter_frame(left, cells, colour_task, xy_left),
-    "right": views.scatter_frame(right, cells, colour_task, xy_right),
-}
-scores = pd.concat([f["score"] for f in frames.values()])
-cmin, cmax = (scores.min(), scores.max()) if scores.notna().any() else (0.0, 1.0)
-colour_title = views.colour_label(cells, colour_task)
-score_kind = colour_title.split("<br>")[-1]
-
-
-def scatter(frame: pd.DataFrame, axis_label: str) -> go.Figure:
-    """Models as points coloured by score (grey: no responses in the task)."""
-    frame = frame.assign(
-        model_text=frame["model"].map(views.plotly_text),
-        family_text=frame["family"].map(views.plotly_text),
-    )
-    custom = frame[
-        ["model", "family", "score", "sample_score", "task_responses", "responses"]
-        + ["model_text", "family_text"]
-    ]
-    task_text = views.plotly_text(colour_task)
-    hover = (
-        "<b>%{customdata[6]}</b><br>family %{customdata[7]}<br>"
-        f"{score_kind} in {task_text} %{{customdata[2]:.3f}}"
-        " (sample %{customdata[3]:.3f})<br>responses in task %{customdata[4]}"
-        " · in all %{customdata[5]}<br>"
-        f"{axis_label} 1 %{{x:.3f}}, {axis_label} 2 %{{y:.3f}}<extra></extra>"
-    )
-    present = frame["score"].notna()
-    figure = go.Figure()
-    figure.add_trace(
-        go.Scatter(
-            x=frame.loc[present, "x"],
-            y=frame.loc[present, "y"],
-            mode="markers",
-            marker={
-                "color": frame.loc[present, "score"],
-                "coloraxis": "coloraxis",
-                "size": 10,
-                "line": {"width": 0.5, "color": "white"},
-            },
-            customdata=custom[present].to_numpy(dtype=object).tolist(),
-            hovertemplate=hover,
-            name="scored",
-        )
-    )
-    figure.add_trace(
-        go.Scatter(
-            x=frame.loc[~present, "x"],
-            y=frame.loc[~present, "y"],
-            mode="markers",
-            marker={"color": "#b0b0b0", "size": 8, "symbol": "circle-open"},
-            customdata=custom[~present].to_numpy(dtype=object).tolist(),
-            hovertemplate="<b>%{customdata[6]}</b><br>family %{customdata[7]}<br>"
-            f"no responses in {task_text}<extra></extra>",
-            name=f"not in {task_text}",
-        )
-    )
-    chosen = frame[frame["model"].isin(highlight)]
-    if len(chosen):
-        figure.add_trace(
-            go.Scatter(
-                x=chosen["x"],
-                y=chosen["y"],
-                mode="markers",  # names in text (not drawn: close points would overlap)
-                marker={
-                    "size": 18,
-                    "symbol": "circle-open",
-                    "color": "#d62728",
-                    "line": {"width": 2.5, "color": "#d62728"},
-                },
-                text=chosen["model_text"],
-                hoverinfo="skip",
-                name="selected",
-            )
-        )
-    figure.update_layout(
-        coloraxis={
-            "cmin": cmin,
-            "cmax": cmax,
-            "colorscale": "Viridis",
-            "colorbar": {"title": {"text": colour_title}},
-        },
-        height=480,
-        margin={"t": 10, "l": 10, "r": 10},
-        legend={"orientation": "h", "y": -0.15},
-        dragmode="lasso",
-    )
-    figure.update_xaxes(title=f"{axis_label} axis 1 ({axis_unit})")
-    figure.update_yaxes(title=f"{axis_label} axis 2 ({axis_unit})")
-    return figure
-
-
-axis_label = "UMAP" if xy_left is not None else "MDS"
-# MDS keeps the perspective space's distances; UMAP keeps neighbourhoods, not distances
-axis_unit = "arbitrary units" if xy_left is not None else "perspective-space distance"
-left_title = "PKPS" if query_kernel == "rbf" else "Delta query kernel (same as DKPS)"
-panels = st.columns(2)
-with panels[0]:
-    st.subheader(left_title)
-    left_event = st.plotly_chart(
-        scatter(frames["left"], axis_label),
-        width="stretch",
-        on_select="rerun",
-        selection_mode=("box", "lasso"),
-        key="pkps_scatter",
-    )
-with panels[1]:
-    st.subheader("DKPS")
-    right_event = st.plotly_chart(
-        scatter(frames["right"], axis_label),
-        width="stretch",
-        on_select="rerun",
-        selection_mode=("box", "lasso"),
-        key="dkps_scatter",
-    )
-    # below the chart, so the two panels stay aligned
-    pairing_note = views.dkps_pairing_note(shared.load_pairedness(path, version, None))
-    if pairing_note:
-        st.warning(pairing_note, icon=":material/warning:")
-coordinates = views.coordinates_export({"pkps": left, "dkps": right})
-st.download_button(
-    "Download these coordinates (CSV)",
-    views.export_bytes(coordinates, "csv"),
-    file_name="coordinates.csv",
-    mime="text/csv",
-)
 
 # ---------------------------------------------------------------------- selection
 st.header("Selected models")
-from_charts = views.selected_models(left_event.selection, right_event.selection)
+from_chart = views.selected_models(event.selection)
 picked = st.multiselect(
-    "Select points with the box or lasso tool above, or pick models here",
+    "Select points with a click, the box or the lasso above, or pick models here",
     list(left.models),
     key="picked_models",
 )
-selected = list(dict.fromkeys([*from_charts, *picked]))
+selected = list(dict.fromkeys([*from_chart, *picked, *found]))
 if not selected:
     st.caption("Nothing selected yet.")
     st.stop()
@@ -352,6 +300,7 @@ neighbours = pkps_neighbours.merge(
 )
 st.subheader("Nearest neighbours")
 shared.table(neighbours, hide_index=True, width="stretch")
+pairing_note = views.dkps_pairing_note(shared.load_pairedness(path, version, None))
 if pairing_note:
     st.caption("DKPS neighbours: " + pairing_note)
 

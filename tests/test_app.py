@@ -50,10 +50,6 @@ def _array(value) -> np.ndarray:
     return np.asarray(value, dtype=object)
 
 
-def _models_in_scatter(at: AppTest, key: str) -> set[str]:
-    return {point[0] for trace in _figure(at, key)["data"] for point in trace["customdata"]}
-
-
 def _errors(at: AppTest) -> list[str]:
     return [e.message for e in at.exception]
 
@@ -151,8 +147,8 @@ def test_every_page_renders_on_the_demo_store(demo_store):
 
     at.switch_page(shared.SPACE_PAGE).run()
     assert not _errors(at)
-    assert [s.value for s in at.main.subheader] == ["PKPS", "DKPS"]
-    assert {"pkps_scatter", "dkps_scatter", "cv_curve"} == set(_charts(at))
+    assert _panel_titles(at) == ["PKPS", DKPS_TITLE]
+    assert {"space_maps", "cv_curve"} == set(_charts(at))
 
     at.switch_page(shared.PREDICTIONS_PAGE).run()
     assert not _errors(at)
@@ -209,7 +205,7 @@ def test_uploading_a_small_csv_adds_its_models(empty_store):
     # The uploaded cache has text: the perspective page embeds and fits it.
     at.switch_page(shared.SPACE_PAGE).run()
     assert not _errors(at)
-    assert [s.value for s in at.main.subheader] == ["PKPS", "DKPS"]
+    assert _panel_titles(at) == ["PKPS", DKPS_TITLE]
 
 
 def test_a_bad_csv_shows_the_rows_and_stores_nothing(demo_store):
@@ -254,43 +250,70 @@ def test_alpaca_eval_upload_shows_pkps_and_dkps(empty_store):
 
     at.switch_page(shared.SPACE_PAGE).run()
     assert not _errors(at)
-    assert [s.value for s in at.main.subheader] == ["PKPS", "DKPS"]
-    for key in ("pkps_scatter", "dkps_scatter"):
-        assert _models_in_scatter(at, key) == set(models)
-    assert "kernel sums" in at.caption[0].value
+    assert _panel_titles(at) == ["PKPS", DKPS_TITLE]
+    for panel in _panels(at).values():
+        assert set(panel) == set(models)
+    assert "kernel sums" in _bandwidth_caption(at)
 
 
 # ---------------------------------------------------------------------- perspective space
 
 
-def _scatter_specs(at: AppTest) -> list[str]:
-    charts = _charts(at)
-    return [charts["pkps_scatter"], charts["dkps_scatter"]]
+DKPS_TITLE = "DKPS, aligned to the left map (Procrustes)"
+
+
+def _bandwidth_caption(at: AppTest) -> str:
+    return next(c.value for c in at.caption if c.value.startswith("Query bandwidth σ"))
+
+
+def _panel_titles(at: AppTest) -> list[str]:
+    return [a["text"] for a in _figure(at, "space_maps")["layout"]["annotations"]]
+
+
+def _panels(at: AppTest) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per panel of the maps (x, x2): each model's drawn position (rings left out)."""
+    panels: dict[str, dict[str, tuple[float, float]]] = {}
+    for trace in _figure(at, "space_maps")["data"]:
+        if trace.get("name") == "selected" or not trace.get("customdata"):
+            continue
+        xs, ys = _array(trace["x"]), _array(trace["y"])
+        points = panels.setdefault(trace.get("xaxis", "x"), {})
+        for row, x, y in zip(trace["customdata"], xs, ys, strict=True):
+            points[row[0]] = (float(x), float(y))
+    return panels
+
+
+def _scatter_specs(at: AppTest) -> list[dict[str, tuple[float, float]]]:
+    panels = _panels(at)
+    return [panels["x"], panels["x2"]]
 
 
 def test_switching_kernels_and_bandwidth_rerenders(demo_store):
     at = _app()
     at.switch_page(shared.SPACE_PAGE).run()
-    cv_caption = at.caption[0].value
+    cv_caption = _bandwidth_caption(at)
     cv_specs = _scatter_specs(at)
 
     at.toggle(key="cv").set_value(False).run()
     at.select_slider(key="bandwidth").set_value(3.0).run()
     assert not _errors(at)
-    assert "(3 × the median" in at.caption[0].value
-    assert at.caption[0].value != cv_caption
+    assert "(3 × the median" in _bandwidth_caption(at)
+    assert _bandwidth_caption(at) != cv_caption
     wide_specs = _scatter_specs(at)
     assert wide_specs[0] != cv_specs[0], "the PKPS scatter moves with the bandwidth"
-    assert wide_specs[1] == cv_specs[1], "the DKPS scatter does not depend on it"
+    # DKPS does not depend on it, but it is drawn aligned to PKPS: it follows the left map
+    assert wide_specs[1] != cv_specs[1]
 
     at.selectbox(key="response_kernel").set_value("rbf").run()
     assert not _errors(at)
 
     at.radio(key="query_kernel").set_value("delta").run()
     assert not _errors(at)
-    assert at.subheader[0].value == "Delta query kernel (same as DKPS)"
+    assert _panel_titles(at)[0] == "Delta query kernel (same as DKPS)"
     left, right = _scatter_specs(at)
-    assert left == right, "with the delta kernel the left space is DKPS"
+    assert left.keys() == right.keys()
+    for model, position in left.items():  # the same map, aligned onto itself
+        assert position == pytest.approx(right[model], abs=1e-9), model
 
 
 def test_cross_validation_curve_is_shown(demo_store):

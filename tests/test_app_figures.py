@@ -83,7 +83,10 @@ def test_data_page_heatmaps(app):
 def test_space_page_scatters_and_cv_curve(app):
     at = app(shared.SPACE_PAGE)
     figures = _figures(at)
-    assert {"pkps_scatter", "dkps_scatter", "cv_curve"} <= set(figures)
+    at.selectbox(key="colour_by").set_value("family").run()
+    at.radio(key="space_mode").set_value("overlay (DKPS → PKPS)").run()
+    figures |= {f"{k} (family, overlay)": v for k, v in _figures(at).items()}
+    assert {"space_maps", "cv_curve", "space_maps (family, overlay)"} <= set(figures)
     _assert_readable(figures)
 
 

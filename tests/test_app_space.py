@@ -1,11 +1,15 @@
-"""AppTest and views: the Perspective and Data pages say what they show (issue 19).
+"""AppTest and views: the Perspective and Data pages say what they show.
 
-DKPS without shared queries is called out, the disabled bandwidth slider shows the CV
-choice, charts have titled axes, 3-decimal hovers, a colour bar naming the task and the
-score, the δ limit on the CV curve, and the selection ringed in both panels.
+PKPS and DKPS aligned on one figure with shared axes and one colour bar (overall score by
+default, a task, family), the agreement sentence above the maps (no shared queries on the
+demo; the paired limit on AlpacaEval-40), the disabled bandwidth slider shows the CV
+choice, the δ limit on the CV curve, picked and searched models ringed in both maps, the
+coordinates export holds the view shown.
 """
 
+import base64
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -17,9 +21,18 @@ from streamlit.testing.v1 import AppTest
 import app_shared as shared
 from pkps_core import views
 from pkps_core.demo import ensure_demo_store
+from pkps_core.views import comparison
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
+ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
+
+
+def _array(value) -> np.ndarray:
+    """A figure array, decoding Plotly's base64 typed arrays."""
+    if isinstance(value, dict) and "bdata" in value:
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+    return np.asarray(value, dtype=float)
 
 
 @pytest.fixture
@@ -40,10 +53,22 @@ def _figure(at: AppTest, key: str) -> dict:
     return json.loads(next(c for c in at.get("plotly_chart") if c.key == key).proto.spec)
 
 
-def test_dkps_without_shared_queries_says_so_on_its_panel(demo_store):
+def _panels(figure: dict) -> dict[str, set[str]]:
+    """Per subplot (x, x2) the models drawn there (rings left out)."""
+    panels: dict[str, set[str]] = {}
+    for trace in figure["data"]:
+        if trace.get("name") != "selected" and trace.get("customdata"):
+            panels.setdefault(trace.get("xaxis", "x"), set()).update(
+                row[0] for row in trace["customdata"]
+            )
+    return panels
+
+
+def test_the_sentence_above_the_maps_says_dkps_has_no_shared_queries(demo_store):
     at = _space(demo_store)
     warnings = [w.value for w in at.main.warning]
-    assert any("DKPS has no shared queries to compare" in w for w in warnings), warnings
+    assert any("cannot agree" in w and "ρ = 0 for every pair" in w for w in warnings), warnings
+    assert "0 of 45 models (0%) keep their nearest neighbour" in warnings[0]
 
 
 def test_the_disabled_slider_shows_the_cross_validated_bandwidth(demo_store):
@@ -52,21 +77,41 @@ def test_the_disabled_slider_shows_the_cross_validated_bandwidth(demo_store):
     shown = at.select_slider(key="bandwidth_shown")
     assert shown.disabled
     assert shown.value == pytest.approx(chosen)
-    assert f"({chosen:.3g} × the median" in at.caption[0].value
+    assert any(f"({chosen:.3g} × the median" in c.value for c in at.caption)
 
 
-def test_scatters_name_their_axes_colour_and_format_hovers(demo_store):
+def test_both_maps_share_axes_and_one_colour_bar(demo_store):
     at = _space(demo_store)
-    task = at.selectbox(key="colour_task").value
-    for key in ("pkps_scatter", "dkps_scatter"):
-        figure = _figure(at, key)
-        layout = figure["layout"]
-        assert layout["xaxis"]["title"]["text"] == "MDS axis 1 (perspective-space distance)"
-        assert layout["yaxis"]["title"]["text"] == "MDS axis 2 (perspective-space distance)"
-        title = layout["coloraxis"]["colorbar"]["title"]["text"]
-        assert task in title and ("sample score" in title or "reference score" in title)
-        hover = figure["data"][0]["hovertemplate"]
-        assert "%{x:.3f}" in hover and "%{customdata[2]:.3f}" in hover
+    assert at.selectbox(key="colour_by").value == "overall score"
+    figure = _figure(at, "space_maps")
+    layout = figure["layout"]
+    assert len(_panels(figure)) == 2 and all(len(p) == 45 for p in _panels(figure).values())
+    assert layout["xaxis"]["title"]["text"] == "MDS axis 1 (PKPS frame, distance units)"
+    assert layout["yaxis"]["title"]["text"] == "MDS axis 2 (PKPS frame, distance units)"
+    assert layout["xaxis2"]["matches"] == "x" and layout["yaxis2"]["matches"] == "y"
+    assert layout["coloraxis"]["showscale"]
+    assert layout["coloraxis"]["colorbar"]["title"]["text"] == "overall score"
+    assert not [t for t in figure["data"] if (t.get("marker") or {}).get("colorbar")]
+    hover = figure["data"][0]["hovertemplate"]
+    assert "%{x:.3f}" in hover and "%{customdata[2]:.3f}" in hover
+
+
+def test_colour_by_a_task_family_and_the_overlay(demo_store):
+    at = _space(demo_store)
+    task_option = next(o for o in at.selectbox(key="colour_by").options if o.startswith("score in"))
+    at.selectbox(key="colour_by").set_value(task_option).run()
+    figure = _figure(at, "space_maps")
+    assert figure["layout"]["coloraxis"]["colorbar"]["title"]["text"] == task_option
+    # the demo covers 70 % of the cells: models without the task are drawn apart, in grey
+    assert any(t["name"].startswith("no score in") for t in figure["data"])
+    at.selectbox(key="colour_by").set_value("family").run()
+    figure = _figure(at, "space_maps")
+    assert not figure["layout"]["coloraxis"]["showscale"]
+    at.radio(key="space_mode").set_value("overlay (DKPS → PKPS)").run()
+    assert not at.exception
+    figure = _figure(at, "space_maps")
+    assert "xaxis2" not in figure["layout"]
+    assert any(t.get("mode") == "lines" for t in figure["data"])
 
 
 def test_the_cv_curve_shows_the_delta_limit_without_minor_ticks(demo_store):
@@ -78,14 +123,67 @@ def test_the_cv_curve_shows_the_delta_limit_without_minor_ticks(demo_store):
     assert layout["xaxis"]["tickvals"] == pytest.approx(list(curve["multiple_of_median"]))
 
 
-def test_picked_models_are_ringed_in_both_panels(demo_store):
+def test_picked_and_searched_models_are_ringed_in_both_maps(demo_store):
     at = _space(demo_store)
     picked = at.multiselect(key="picked_models").options[:2]
     at.multiselect(key="picked_models").set_value(picked).run()
-    for key in ("pkps_scatter", "dkps_scatter"):
-        traces = {t.get("name"): t for t in _figure(at, key)["data"]}
-        assert "selected" in traces, list(traces)
-        assert sorted(traces["selected"]["text"]) == sorted(picked)
+    rings = [t for t in _figure(at, "space_maps")["data"] if t.get("name") == "selected"]
+    assert [t.get("xaxis", "x") for t in rings] == ["x", "x2"]
+    for ring in rings:
+        assert sorted(ring["text"]) == sorted(picked)
+    at.multiselect(key="picked_models").set_value([]).run()
+    at.text_input(key="space_search").input(picked[0].upper()).run()
+    rings = [t for t in _figure(at, "space_maps")["data"] if t.get("name") == "selected"]
+    assert [sorted(r["text"]) for r in rings] == [[picked[0]], [picked[0]]]
+    assert at.dataframe[1].value["model"].eq(picked[0]).all()  # its neighbours are listed
+
+
+def test_the_coordinates_export_holds_the_view_shown(demo_store):
+    at = _space(demo_store)
+    button = next(b for b in at.get("download_button") if "coordinates" in b.proto.label)
+    assert button.proto.label == "Download these coordinates (CSV)"
+    cells = shared.load_cells(str(demo_store), 1)
+    metadata = comparison.model_metadata(cells)
+    export = comparison.shown_coordinates(
+        comparison.compare_spaces(
+            *(shared.fit_space(str(demo_store), 1, k, "linear", "cv", 8) for k in ("rbf", "delta"))
+        ),
+        metadata,
+    )
+    figure = _figure(at, "space_maps")
+    drawn = {
+        (t.get("xaxis", "x"), row[0]): (x, y)
+        for t in figure["data"]
+        if t.get("name") != "selected" and t.get("customdata")
+        for row, x, y in zip(t["customdata"], _array(t["x"]), _array(t["y"]), strict=True)
+    }
+    for row in export.itertuples():
+        axis = "x" if row.space == "pkps" else "x2"
+        assert drawn[(axis, row.model)] == pytest.approx((row.x, row.y))
+    assert export["overall_score"].notna().all() and export["responses"].gt(0).all()
+
+
+@pytest.fixture(scope="module")
+def alpaca_store(tmp_path_factory) -> Path:
+    if not ALPACA.exists():
+        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+    from pkps_core.store import Store
+
+    path = tmp_path_factory.mktemp("alpaca-space") / "alpaca.duckdb"
+    with Store(path) as store:
+        store.ingest(pd.read_parquet(ALPACA), source=ALPACA.name)
+    return path
+
+
+def test_alpaca_eval_maps_agree_in_the_paired_limit(alpaca_store, monkeypatch):
+    monkeypatch.setenv(shared.STORE_ENV, str(alpaca_store))
+    at = _space(alpaca_store)
+    sentence = next(i.value for i in at.main.info if "agree closely" in i.value)
+    correlation = float(re.search(r"correlate at \*\*(\d\.\d+)\*\*", sentence).group(1))
+    kept = int(re.search(r"(\d+) of 40 models", sentence).group(1))
+    assert correlation >= 0.99 and kept >= 30 and "the paired limit" in sentence
+    figure = _figure(at, "space_maps")
+    assert [len(p) for p in _panels(figure).values()] == [40, 40]
 
 
 def test_data_page_heatmaps_have_axis_titles_and_formatted_hovers(demo_store):

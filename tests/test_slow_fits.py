@@ -38,15 +38,15 @@ def test_a_slow_rbf_fit_is_estimated_and_asked_for_first(demo_store, monkeypatch
     assert not at.exception, [e.message for e in at.exception]
     warning = next(w.value for w in at.main.warning if "RBF response kernel" in w.value)
     assert "estimated from a timed sample" in warning and "6 times" in warning
-    assert not {"pkps_scatter", "dkps_scatter"} & {c.key for c in at.get("plotly_chart")}
+    assert "space_maps" not in {c.key for c in at.get("plotly_chart")}
 
     next(b for b in at.button if b.key == "fit_rbf").click().run()
     assert not at.exception, [e.message for e in at.exception]
-    assert {"pkps_scatter", "dkps_scatter"} <= {c.key for c in at.get("plotly_chart")}
+    assert "space_maps" in {c.key for c in at.get("plotly_chart")}
     # once fitted (and cached) it is not asked again
-    at.selectbox(key="colour_task").set_value(at.selectbox(key="colour_task").options[-1]).run()
+    at.selectbox(key="colour_by").set_value(at.selectbox(key="colour_by").options[-1]).run()
     assert not any(b.key == "fit_rbf" for b in at.button)
-    assert json.loads(next(c for c in at.get("plotly_chart") if c.key == "pkps_scatter").proto.spec)
+    assert json.loads(next(c for c in at.get("plotly_chart") if c.key == "space_maps").proto.spec)
 
 
 def test_the_linear_kernel_is_not_asked_for(demo_store, monkeypatch):
@@ -54,7 +54,7 @@ def test_the_linear_kernel_is_not_asked_for(demo_store, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=300)
     at.switch_page(shared.SPACE_PAGE).run()
     assert not any(b.key == "fit_rbf" for b in at.button)
-    assert {"pkps_scatter", "dkps_scatter"} <= {c.key for c in at.get("plotly_chart")}
+    assert "space_maps" in {c.key for c in at.get("plotly_chart")}
 
 
 def test_the_estimate_is_of_the_order_of_the_real_pair_sum():

@@ -213,8 +213,8 @@ def agreement_sentence(
         )
     if not np.isfinite(r):
         how = (
-            "**PKPS and DKPS cannot agree here**: every DKPS distance is the same, so there "
-            f"is nothing to correlate; {keep}."
+            "**PKPS and DKPS cannot agree here**: every DKPS distance is the same (nothing "
+            f"to correlate); {keep}."
         )
     else:
         verdict = "agree closely" if r >= 0.95 else "agree broadly" if r >= 0.7 else "disagree"
@@ -238,9 +238,9 @@ def agreement_sentence(
         )
     elif pairing.unpaired_share == 1:
         why = (
-            "Why: no two models answered the same query (ρ = 0 for every pair). DKPS compares "
-            "models only on shared queries, so every DKPS distance is the same and its map is "
-            "arbitrary; PKPS compares similar queries instead (Eq. 1 with an RBF k_Q)."
+            "Why: no two models answered the same query (ρ = 0 for every pair), and DKPS "
+            "compares models only on shared queries: its map is arbitrary. PKPS compares "
+            "similar queries instead (Eq. 1 with an RBF k_Q)."
         )
     else:
         why = (
@@ -430,7 +430,7 @@ def comparison_figure(
     left_title: str = "PKPS",
     right_title: str = "DKPS (aligned to PKPS)",
     axis_unit: str | None = None,
-    height: int = 440,
+    height: int = 400,
 ):
     """Both maps on the same axes and one colour scale (one colour bar, or one legend for
     a categorical colour), the highlighted models ringed in both; in ``OVERLAY`` mode one
@@ -582,12 +582,12 @@ def comparison_figure(
             col=column,
         )
     # distances are what the maps show: one unit is as long across as up
-    figure.update_yaxes(scaleanchor="x", scaleratio=1, constrain="domain", row=1, col=1)
-    figure.update_xaxes(constrain="domain", row=1, col=1)
+    # (the ranges grow to fill each panel rather than the panels shrinking)
+    figure.update_yaxes(scaleanchor="x", scaleratio=1, constrain="range", row=1, col=1)
     if len(panels) == 2:
         # one zoom for both panels: the same model sits at comparable places
-        figure.update_xaxes(matches="x", constrain="domain", row=1, col=2)
-        figure.update_yaxes(matches="y", scaleanchor="x2", constrain="domain", row=1, col=2)
+        figure.update_xaxes(matches="x", row=1, col=2)
+        figure.update_yaxes(matches="y", scaleanchor="x2", constrain="range", row=1, col=2)
     coloraxis = {"colorscale": "Viridis", "showscale": not categorical}
     if not categorical:
         values = frame[colour].to_numpy(dtype=float)
@@ -604,7 +604,6 @@ def comparison_figure(
         margin={"t": 30, "l": 10, "r": 10, "b": 10},
         # a categorical colour's legend beside the maps (it scrolls), like a colour bar
         legend={"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top"},
-        dragmode="lasso",
         hoverlabel={"align": "left"},
     )
     return figure
