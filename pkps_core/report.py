@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from pkps_core.outputs import check_writable, write_bytes, write_table, write_text
@@ -35,7 +36,11 @@ HIGHLIGHT = "#d62728"
 REFERENCE_COLOUR = "#8c8c8c"
 # Debian's Chromium, which choreographer (kaleido's browser driver) does not look for.
 DEBIAN_CHROMIUM = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
-PNG_WIDTH = 1000
+# PNGs are read outside the app (slides, papers): wide enough to stay sharp, with a
+# title saying whose report and which store (the page's figures carry that around them)
+PNG_WIDTH = 1600
+PNG_HEIGHTS = {"tasks": 720, "map": 960}
+PNG_FONT_SIZE = 16
 
 
 class PngUnavailable(RuntimeError):
@@ -106,10 +111,33 @@ def figures_png(figures, *, width: int = PNG_WIDTH) -> list[bytes]:
         raise PngUnavailable(f"PNG export failed in {browser}: {first_line}") from exc
 
 
-def report_pngs(report: NewModelReport) -> dict[str, bytes]:
-    """The report's two figures as PNG, by name: ``tasks`` (per task) and ``map`` (PKPS)."""
-    tasks, pkps_map = figures_png([tasks_figure(report), scatter_figure(report)])
-    return {"tasks": tasks, "map": pkps_map}
+def png_figures(report: NewModelReport, store: str | None = None) -> dict:
+    """The report's two figures as the PNGs draw them, by name: ``tasks`` (per task) and
+    ``map`` (PKPS); each titled with the model and, when given, the store's name, at
+    :data:`PNG_HEIGHTS` and a larger font for :data:`PNG_WIDTH` pixels."""
+    subject = plotly_text(report.model) + (f" · store {plotly_text(store)}" if store else "")
+    titles = {
+        "tasks": f"{subject}: predicted score per task ({report.method}, "
+        f"{report.level:.0%} interval)",
+        "map": f"{subject}: where it stands among the references (PKPS map)",
+    }
+    figures = {"tasks": tasks_figure(report), "map": scatter_figure(report)}
+    for name, figure in figures.items():
+        figure.update_layout(
+            title={"text": titles[name], "x": 0.01, "xanchor": "left"},
+            height=PNG_HEIGHTS[name],
+            font={"size": PNG_FONT_SIZE},
+            margin={"t": 70, "l": 20, "r": 20, "b": 20},
+            legend={"orientation": "h", "y": -0.12 if name == "map" else -0.2},
+        )
+    return figures
+
+
+def report_pngs(report: NewModelReport, store: str | None = None) -> dict[str, bytes]:
+    """The report's two figures as PNG (:func:`png_figures`), by name: ``tasks`` (per
+    task) and ``map`` (PKPS)."""
+    figures = png_figures(report, store)
+    return dict(zip(figures, figures_png(list(figures.values())), strict=True))
 
 
 def _interval(report: NewModelReport) -> str:
@@ -176,7 +204,15 @@ def scatter_figure(report: NewModelReport):
         legend={"orientation": "h", "y": -0.2},
     )
     figure.update_yaxes(scaleanchor="x", scaleratio=1)
+    _titles_clear_of_ticks(figure)
     return figure
+
+
+def _titles_clear_of_ticks(figure) -> None:
+    """Margins grow to hold the tick labels and the axis titles beside them (without,
+    a small margin draws the y title over the tick labels)."""
+    figure.update_xaxes(automargin=True, title_standoff=12)
+    figure.update_yaxes(automargin=True, title_standoff=12)
 
 
 def tasks_figure(report: NewModelReport):
@@ -229,22 +265,43 @@ def tasks_figure(report: NewModelReport):
         yaxis_title="score (mean per-response score, 0–1)",
         legend={"orientation": "h", "y": -0.3},
     )
+    _titles_clear_of_ticks(figure)
     return figure
 
 
+def _cell_html(value: object) -> str:
+    """One table cell: escaped text (its line breaks kept by the page's ``white-space:
+    pre-wrap``), numbers to 4 decimals, nothing for a missing value."""
+    if isinstance(value, float | np.floating):
+        return "" if math.isnan(value) else f"{value:.4f}"
+    if value is None or value is pd.NA or value is pd.NaT:
+        return ""
+    return html.escape(str(value))
+
+
 def _table_html(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, float_format=lambda x: f"{x:.4f}", escape=True, na_rep="")
+    """A table whose text cells keep their line breaks (``DataFrame.to_html`` writes a
+    response's newlines as a literal ``\\n``)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_cell_html(v)}</td>" for v in row) + "</tr>"
+        for row in frame.itertuples(index=False, name=None)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def report_html(report: NewModelReport) -> str:
+def report_html(report: NewModelReport, store: str | None = None) -> str:
     """The whole report as one self-contained HTML page: plotly.js is inside (about
-    4.6 MB), so the figures show without internet."""
+    4.6 MB), so the figures show without internet. ``store`` names the store in the
+    heading."""
+    subject = html.escape(report.model) + (f" · store {html.escape(store)}" if store else "")
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>New model report: {html.escape(report.model)}</title>",
+        f"<title>New model report: {subject}</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 6px}</style></head><body>",
-        f"<h1>New model report: {html.escape(report.model)}</h1>",
+        "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
+        "td{white-space:pre-wrap;max-width:40em}</style></head><body>",
+        f"<h1>New model report: {subject}</h1>",
         f"<p>{html.escape(headline(report))}. Holdout: {html.escape(report.holdout)}.</p>",
         "<h2>Warnings</h2>",
         "<ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in report.warnings) + "</ul>"
@@ -353,7 +410,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         write_table(report.overall_rows(), _overall_csv(args.csv), "csv")
     if args.out and Path(args.out).suffix.lower() == ".png":
         try:
-            pngs = report_pngs(report)
+            pngs = report_pngs(report, store=Path(args.db).name)
         except PngUnavailable as exc:
             print(f"no PNG written: {exc}", file=sys.stderr)
             return 1
@@ -365,7 +422,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"(PKPS map): {headline(report)}"
         )
     elif args.out:
-        write_text(args.out, report_html(report))
+        write_text(args.out, report_html(report, store=Path(args.db).name))
         print(f"wrote the report of {name} to {args.out}: {headline(report)}")
     else:
         print(report_text(report))
