@@ -9,6 +9,7 @@ import pytest
 from pkps_core.predict import build_context, predict
 from pkps_core.predictor import PROFILE_BUDGETS, ReferencePredictor, core, profile_of
 from pkps_core.records import RecordsError
+from pkps_core.space import kernels
 from pkps_core.synthetic import make_synthetic
 
 NEW = ("m010", "m021")
@@ -215,3 +216,30 @@ def test_the_region_checks_space_from_the_profiles_sums_is_a_fresh_fits(cache):
     nearest_shared, threshold_shared = region_distances_with(shared_context, fit_copies)
     np.testing.assert_allclose(threshold_shared, threshold, atol=1e-7)
     np.testing.assert_allclose(nearest_shared, nearest, atol=1e-7)
+
+
+@pytest.mark.parametrize("delta", [False, True])
+def test_shadow_sums_are_the_same_through_dense_and_thin_rows(cache, monkeypatch, delta):
+    # rows meet the shadows through a dense product per block or through their own
+    # responses; which is a speed choice (DENSE_SHARE): every row dense, every row thin
+    # (no dense row at all, as on the demo store) and the default give the same sums
+    from pkps_core.predictor import shadow_sums
+    from pkps_core.space import prepare_cache
+
+    records, _, _, _ = cache
+    prepared = prepare_cache(records)
+    features = kernels.normalize_rows(prepared.response_vectors)
+    rng = np.random.default_rng(0)
+    shadows = rng.random(len(prepared.models)) < 0.3
+    queries = None if delta else prepared.query_vectors
+    bandwidths = [0.0] if delta else [0.0, 0.5, 2.0]
+
+    def sums(share):
+        monkeypatch.setattr(shadow_sums, "DENSE_SHARE", share)
+        return shadow_sums.shadow_pair_sums(prepared.layout, features, queries, bandwidths, shadows)
+
+    default = sums(shadow_sums.DENSE_SHARE)
+    for share in (10**9, 0):  # every row dense; no row dense
+        for (num, den), (num0, den0) in zip(sums(share), default, strict=True):
+            np.testing.assert_allclose(num, num0, rtol=1e-10, atol=1e-9)
+            np.testing.assert_allclose(den, den0, rtol=1e-10, atol=1e-9)

@@ -110,7 +110,7 @@ def shadow_pair_sums(
             block,
             len(dense),
         )
-        flat = y.reshape(len(dense), -1)
+        flat = y.reshape(len(dense), len(block) * p)
         first, last = np.searchsorted(sparse_queries, [block[0], block[-1] + 1])
         thin = sparse_responses[first:last]
         delta = scattered = None
