@@ -243,3 +243,18 @@ def test_shadow_sums_are_the_same_through_dense_and_thin_rows(cache, monkeypatch
         for (num, den), (num0, den0) in zip(sums(share), default, strict=True):
             np.testing.assert_allclose(num, num0, rtol=1e-10, atol=1e-9)
             np.testing.assert_allclose(den, den0, rtol=1e-10, atol=1e-9)
+
+
+def test_four_shadows_where_every_cell_is_answered_and_two_where_some_are_missing(cache):
+    records, references, _, _ = cache
+    complete = ReferencePredictor(budgets=(2,), modes=("scored",)).fit(references, lazy=True)
+    assert complete.shadow_repeats_ == 4
+    context = complete._profile_context(core.Profile(2, True))
+    assert context.shadows.sum() == 4 * len(complete.references_)
+    first = references["model"].min()
+    gap = references[~((references["model"] == first) & (references["task"] == "task-00"))]
+    sparse = ReferencePredictor(budgets=(2,), modes=("scored",)).fit(gap, lazy=True)
+    assert sparse.shadow_repeats_ == 2
+    assert sparse.settings()["shadow_repeats"] == "auto"
+    fixed = ReferencePredictor(budgets=(2,), modes=("scored",), shadow_repeats=3)
+    assert fixed.fit(gap, lazy=True).shadow_repeats_ == 3

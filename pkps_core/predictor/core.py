@@ -71,7 +71,10 @@ __all__ = ["MODES", "PROFILE_BUDGETS", "PlacedSpace", "Profile", "ReferencePredi
 
 PROFILE_BUDGETS = (1, 2, 4, 8, 16, 32)
 MODES = ("scored", "responses-only")
-PREDICTOR_SHADOW_REPEATS = 4  # shadows per reference and profile: twice the refit path's
+# shadows per reference and profile: twice the refit path's where every reference answered
+# every task; the refit path's two where cells are missing (the completion member then runs
+# on every shadow and its cost grows with their square: the demo store's fit, 16 s -> 48 s)
+PREDICTOR_SHADOW_REPEATS = {"complete": 4, "missing cells": 2}
 METHOD = "ensemble"
 SPACES = ("pkps", "dkps")
 PHANTOM = "\x00phantom target"
@@ -141,13 +144,15 @@ class ReferencePredictor:
     holdout : {"family", "model"}, default="family"
         Which references may not inform a new model (its family: the new-model protocol).
     n_neighbors : int, default=5
-    shadow_repeats : int, default=4
-        Shadows per reference and profile (:mod:`pkps_core.methods.shadows`). Twice the
-        refit path's (:data:`~pkps_core.methods.shadows.SHADOW_REPEATS`): the fit is made
-        once, and with two shadows per reference the calibration's draw moved the
-        placed ensemble's cell MAE by up to 11 % from the refit path's at some budgets
-        (docs/predictor.md); placement costs follow the shadows' responses, not their
-        number (``shadow_sums``).
+    shadow_repeats : int or "auto", default="auto"
+        Shadows per reference and profile (:mod:`pkps_core.methods.shadows`). "auto": four
+        where every reference answered every task, twice the refit path's
+        (:data:`~pkps_core.methods.shadows.SHADOW_REPEATS`) — the fit is made once, and
+        with two the calibration's draw moved the placed ensemble's cell MAE by up to
+        11 % from the refit path's at some budgets (docs/predictor.md); placement costs
+        follow the shadows' responses, not their number (``shadow_sums``). Two where
+        cells are missing: the completion member runs on every shadow there, at a cost
+        that grows with their square. The number used is :attr:`shadow_repeats_`.
     space_params : dict, optional
         :class:`~pkps_core.space.PerspectiveSpace` parameters; defaults as in a run with
         targets (U-statistic, the wider bandwidth grid).
@@ -170,7 +175,7 @@ class ReferencePredictor:
         modes: Sequence[str] = MODES,
         holdout: str = "family",
         n_neighbors: int = 5,
-        shadow_repeats: int = PREDICTOR_SHADOW_REPEATS,
+        shadow_repeats: int | str = "auto",
         space_params: dict | None = None,
         random_state: int = 0,
     ):
@@ -193,8 +198,10 @@ class ReferencePredictor:
             raise ValueError(f"modes must be among {', '.join(MODES)}, got {list(self.modes)}")
         if self.holdout not in ("family", "model"):
             raise ValueError(f"holdout must be 'family' or 'model', got {self.holdout!r}")
-        if int(self.n_neighbors) < 1 or int(self.shadow_repeats) < 1:
-            raise ValueError("n_neighbors and shadow_repeats must be at least 1")
+        if self.shadow_repeats != "auto" and int(self.shadow_repeats) < 1:
+            raise ValueError("shadow_repeats must be 'auto' or at least 1")
+        if int(self.n_neighbors) < 1:
+            raise ValueError("n_neighbors must be at least 1")
 
     def _space_params(self) -> dict:
         params = dict(self.space_params or {})
@@ -210,7 +217,9 @@ class ReferencePredictor:
             "modes": list(self.modes),
             "holdout": self.holdout,
             "n_neighbors": int(self.n_neighbors),
-            "shadow_repeats": int(self.shadow_repeats),
+            "shadow_repeats": (
+                "auto" if self.shadow_repeats == "auto" else int(self.shadow_repeats)
+            ),
             "space_params": {k: _jsonable(v) for k, v in self._space_params().items()},
             "random_state": int(self.random_state),
             "state_version": STATE_VERSION,
@@ -272,6 +281,15 @@ class ReferencePredictor:
         )
         self.task_queries_ = (
             self.prepared_.query_keys.iloc[:, 0].value_counts().reindex(self.tasks_).to_numpy()
+        )
+        complete = bool(np.isfinite(self._reference_cells).all()) and bool(
+            (self.prepared_.cells["n_responses"] > 0).all()
+            and len(self.prepared_.cells) == len(self.references_) * len(self.tasks_)
+        )
+        self.shadow_repeats_ = (
+            PREDICTOR_SHADOW_REPEATS["complete" if complete else "missing cells"]
+            if self.shadow_repeats == "auto"
+            else int(self.shadow_repeats)
         )
 
     def _embed_references(self, frame: pd.DataFrame) -> pd.DataFrame:
@@ -335,7 +353,7 @@ class ReferencePredictor:
             scored_all,
             targets,
             references_all,
-            repeats=int(self.shadow_repeats),
+            repeats=int(self.shadow_repeats_),
             seed=int(self.random_state),
         )
         if rows is None:
