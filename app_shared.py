@@ -67,7 +67,10 @@ def table_config(frame, column_config: dict | None = None, *, hide_index=None) -
 def table(frame, *, column_config: dict | None = None, **kwargs):
     """``st.dataframe`` with :func:`table_config`'s tooltips and widths (no header or
     cell cut at the column's edge, bar capped long text)."""
-    config = table_config(frame, column_config, hide_index=kwargs.get("hide_index"))
+    from pandas.io.formats.style import Styler
+
+    data = frame.data if isinstance(frame, Styler) else frame  # a Styler draws its frame
+    config = table_config(data, column_config, hide_index=kwargs.get("hide_index"))
     return st.dataframe(frame, column_config=config, **kwargs)
 
 

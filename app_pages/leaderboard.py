@@ -230,7 +230,7 @@ def style(frame):
 styled = table.style.apply(style, axis=None).format(
     {"overall": "{:.3f}", "lower": "{:.3f}", "upper": "{:.3f}", "observed": "{:.0%}"}
 )
-event = st.dataframe(
+event = shared.table(
     styled,
     hide_index=True,
     width="stretch",

@@ -334,7 +334,7 @@ with export:
     )
     buttons[1].download_button(
         "Report with figures (HTML)",
-        reports.report_html(result).encode(),
+        reports.report_html(result, store=shared.url_name(path)).encode(),
         file_name="new_model_report.html",
         mime="text/html",
         key="new_model_html",
@@ -346,7 +346,10 @@ with export:
     if st.button("Make PNGs of the figures", key="new_model_make_png"):
         try:
             with st.spinner("Drawing the figures in a headless Chromium…"):
-                st.session_state["new_model_pngs"] = (png_for, reports.report_pngs(result))
+                st.session_state["new_model_pngs"] = (
+                    png_for,
+                    reports.report_pngs(result, store=shared.url_name(path)),
+                )
         except reports.PngUnavailable as exc:
             st.session_state["new_model_pngs"] = (png_for, str(exc))
     made_for, pngs = st.session_state.get("new_model_pngs", (None, None))

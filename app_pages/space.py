@@ -13,6 +13,7 @@ from pkps_core.outputs import table_bytes
 from pkps_core.records import RecordsError
 from pkps_core.space import BANDWIDTH_GRID, RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
 from pkps_core.views import comparison
+from pkps_core.views.comparison_figure import comparison_figure
 
 MAX_SELECTED = 5
 CHART_KEY = "space_maps"
@@ -186,7 +187,7 @@ else:
     st.warning(sentence, icon=":material/warning:")
 if search.strip() and not found:
     st.caption(f"No model name contains {search.strip()!r}.")
-figure = comparison.comparison_figure(
+figure = comparison_figure(
     compared,
     metadata,
     colour_by,

@@ -25,11 +25,11 @@ from pkps_core.cli_common import (
 from pkps_core.cli_fit import add_parser as add_fit_parser
 from pkps_core.cli_leaderboard import add_parser as add_leaderboard_parser
 from pkps_core.cli_predict import add_parser as add_predict_parser
+from pkps_core.cli_report import add_parser as add_report_parser
+from pkps_core.cli_report import add_percent_argument
 from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_session
 from pkps_core.outputs import check_writable, os_error_message, write_table
 from pkps_core.records import RecordsError, check_score_range
-from pkps_core.report import add_parser as add_report_parser
-from pkps_core.report import add_percent_argument
 from pkps_core.space.kernels import RESPONSE_KERNEL_CHOICES
 from pkps_core.text import terminal_safe, terminal_safe_frame
 

@@ -10,7 +10,9 @@ from figure_rules import _array, figure_problems
 from scipy.spatial import procrustes
 from scipy.stats import ortho_group
 
+from pkps_core.text import plotly_safe
 from pkps_core.views import comparison as cmp
+from pkps_core.views.comparison_figure import comparison_figure
 from pkps_core.views.space import SpaceSummary
 
 
@@ -214,7 +216,7 @@ def test_the_figure_draws_both_maps_on_one_colour_bar_and_rings_the_selection():
     left, right = _pair_of_maps()
     comparison = cmp.compare_spaces(left, right)
     metadata = cmp.model_metadata(_cells())
-    figure = cmp.comparison_figure(comparison, metadata, highlight=["<b>bold</b>", "fam1/m4"])
+    figure = comparison_figure(comparison, metadata, highlight=["<b>bold</b>", "fam1/m4"])
     spec = figure.to_plotly_json()
     assert not figure_problems(spec)
     bars = [t for t in spec["data"] if (t.get("marker") or {}).get("colorbar")]
@@ -238,18 +240,18 @@ def test_the_figure_by_family_and_in_overlay_mode():
     left, right = _pair_of_maps()
     comparison = cmp.compare_spaces(left, right)
     metadata = cmp.model_metadata(_cells())
-    by_family = cmp.comparison_figure(comparison, metadata, "family").to_plotly_json()
+    by_family = comparison_figure(comparison, metadata, "family").to_plotly_json()
     assert not figure_problems(by_family)
     assert not by_family["layout"]["coloraxis"]["showscale"]
     legend = [t["name"] for t in by_family["data"] if t.get("showlegend")]
-    assert sorted(legend) == sorted(set(metadata["family"].map(cmp.plotly_text)))
-    overlay = cmp.comparison_figure(comparison, metadata, mode=cmp.OVERLAY).to_plotly_json()
+    assert sorted(legend) == sorted(set(metadata["family"].map(plotly_safe)))
+    overlay = comparison_figure(comparison, metadata, mode=cmp.OVERLAY).to_plotly_json()
     assert not figure_problems(overlay)
     lines = next(t for t in overlay["data"] if t["mode"] == "lines")
     assert len(_array(lines["x"])) == 3 * len(MODELS)  # one segment (and a gap) per model
     assert "xaxis2" not in overlay["layout"]
     with pytest.raises(ValueError, match="unknown colour"):
-        cmp.comparison_figure(comparison, metadata, "nope")
+        comparison_figure(comparison, metadata, "nope")
 
 
 def test_shown_coordinates_hold_the_view_the_score_family_and_responses():

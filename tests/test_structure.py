@@ -36,6 +36,7 @@ LAYERS = [
         "cli_fit",
         "cli_leaderboard",
         "cli_predict",
+        "cli_report",
         "cli_scale",
         "__main__",
         "__init__",

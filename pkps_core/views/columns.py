@@ -39,6 +39,9 @@ COLUMN_HELP = {
     "responses": "responses stored for the model",
     "tasks": "tasks the model has responses on",
     "note": "why a prediction is missing or how it was made",
+    "cells without an error": "cells of this method with no error to average (no prediction "
+    "or no true score), of all its cells",
+    "why": "why those cells have no error, as the method or the sweep said",
     "lower": "lower end of the 90 % prediction interval",
     "upper": "upper end of the 90 % prediction interval",
     "width": "interval width: upper − lower",
