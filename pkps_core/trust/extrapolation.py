@@ -118,18 +118,14 @@ def region_distances(context: PredictionContext) -> tuple[np.ndarray, np.ndarray
     return context.cached("region", lambda: _region_distances(context))
 
 
-def region_distances_with(
-    context: PredictionContext, fit_copies
-) -> tuple[np.ndarray, np.ndarray]:
+def region_distances_with(context: PredictionContext, fit_copies) -> tuple[np.ndarray, np.ndarray]:
     """:func:`region_distances` with the copies' space computed by ``fit_copies(copies)``
     → ``(models, distances)`` (the augmented space's model order and its U-statistic D),
     e.g. from kernel sums the caller already holds (the fitted reference predictor)."""
     return context.cached("region", lambda: _region_distances(context, fit_copies))
 
 
-def _region_distances(
-    context: PredictionContext, fit_copies=None
-) -> tuple[np.ndarray, np.ndarray]:
+def _region_distances(context: PredictionContext, fit_copies=None) -> tuple[np.ndarray, np.ndarray]:
     references = context.training_references
     if context.space_unavailable("pkps") is not None:  # score-only: no region check
         return np.full(references.shape, np.nan), np.full(len(context.tasks), np.inf)
