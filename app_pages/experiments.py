@@ -18,6 +18,7 @@ import streamlit as st
 import app_shared as shared
 from pkps_core import protocols, views
 from pkps_core.predict import METHODS
+from pkps_core.views.widths import cell_width
 
 LEVER_CHOICES = {
     "budget": [1, 2, 4, 8, 16, 32],
@@ -309,7 +310,11 @@ if len(blanks):
         "Why some cells have no error (a method with none at a setting shows “—” above and "
         "no point in the chart); the CSV's `note` column says it for every row:"
     )
-    shared.table(blanks, hide_index=True, width="stretch")
+    # a few rows whose reasons are read whole: the column as wide as its longest reason
+    why_width = cell_width(blanks["why"].astype(str))
+    shared.table(
+        blanks, hide_index=True, width="stretch", column_config={"why": {"width": why_width}}
+    )
 improvement_chart(result)
 if "similarity" in result.long.columns:
     similarity_chart(result)

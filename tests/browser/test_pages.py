@@ -115,9 +115,12 @@ def test_predictions_export_has_one_row_per_cell_and_method(demo_server, new_ses
     download = download_info.value
     assert download.suggested_filename == "predictions.csv"
     exported = pd.read_csv(download.path())
-    # The README's columns first, then whatever pkps_core.predict adds (intervals).
+    # The README's columns first, then whatever pkps_core.predict adds (intervals), then
+    # the target flag and the run's settings (the export explains itself)
     assert list(exported.columns)[: len(DOCUMENTED_COLUMNS)] == DOCUMENTED_COLUMNS
-    assert list(exported.columns) == list(OUTPUT_COLUMNS)
+    assert list(exported.columns)[: len(OUTPUT_COLUMNS)] == list(OUTPUT_COLUMNS)
+    rest = list(exported.columns)[len(OUTPUT_COLUMNS) :]
+    assert rest[0] == "target" and {"holdout", "bandwidth", "response_kernel"} <= set(rest)
     assert set(exported["method"]) == {"sample", "dkps", "pkps"}
     assert len(exported) == N_MODELS * N_TASKS * 3
     assert not exported.duplicated(["model", "task", "method"]).any()
