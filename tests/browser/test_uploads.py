@@ -208,8 +208,11 @@ def test_hostile_names_are_stored_verbatim_and_shown_as_text(tmp_path, start_ser
     session.assert_clean()
 
     go_to(session, "Perspective space")
-    wait_for_charts(page, 3)  # the CV curve (in its expander) and both scatters
-    scatter_index = len(plotly_figures(page)) - 2
+    wait_for_charts(page, 2)  # the PKPS / DKPS comparison (one figure) and the CV curve
+    figures = plotly_figures(page)
+    scatter_index = max(
+        range(len(figures)), key=lambda i: sum(t["points"] for t in figures[i]["traces"])
+    )
     hovers = _hover_texts(page, scatter_index)
     assert len(hovers) >= 4, hovers
     assert any(HTML in h for h in hovers), hovers
