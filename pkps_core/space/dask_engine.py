@@ -456,6 +456,10 @@ class DaskBackend:
         blocks, futures = self._columns
         factor_future = self._scatter(factor, True)
         step = int(max(1, self.block_bytes // (8 * factor.shape[1] * (self.features.shape[1] + 1))))
+        # at least one run of models per worker thread: one projection of every model was
+        # one serial task (and one inner product) while the other workers waited
+        n_models = sum(block.n_models for block in blocks)
+        step = max(1, min(step, -(-n_models // self.threads)))
         runs, projections = [], []
         for index, block in enumerate(blocks):
             for lo in range(0, block.n_models, step):
