@@ -29,8 +29,11 @@ app: $(VENV)/.runtime
 	$(BIN)/python -m streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \
 		--browser.gatherUsageStats false
 
+# the tests in two processes (pytest-xdist), each test file kept in one of them (its
+# module-scoped fits are made once); PYTEST_WORKERS=0 runs them in this process
+PYTEST_WORKERS ?= 2
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
