@@ -18,8 +18,8 @@ the slab K_Q[Q_c, s] (truncated and sparse for the sparse path, the indicator fo
 the transfer of the block's models and its contraction with Y. The runs of a block are
 added in a tree on the cluster. The RBF response kernel: a task per pair of blocks and run
 of rows, its response kernel computed once for all query kernels. Nyström factors:
-projections per run of models, inner products per pair of runs. The sparse path's density
-test counts near query pairs in the client, a block of rows at a time.
+projections per run of models (one run or more per worker thread), inner products per pair
+of runs. The sparse path's density test counts near query pairs in the client, by rows.
 
 A pass has :data:`TASKS_PER_THREAD` tasks per worker thread, none of less than
 :data:`MIN_TASK_FLOPS` (a tenth of a second of a core): the scheduler costs a millisecond a
@@ -451,15 +451,11 @@ class DaskBackend:
         return places, tiles
 
     def _rank_pass(self, factor: np.ndarray):
-        """The tasks of one Nyström factor's sums: projections per run of models, inner
-        products per pair of runs."""
+        """The tasks of one Nyström factor's sums (module docstring)."""
         blocks, futures = self._columns
         factor_future = self._scatter(factor, True)
-        step = int(max(1, self.block_bytes // (8 * factor.shape[1] * (self.features.shape[1] + 1))))
-        # at least one run of models per worker thread: one projection of every model was
-        # one serial task (and one inner product) while the other workers waited
-        n_models = sum(block.n_models for block in blocks)
-        step = max(1, min(step, -(-n_models // self.threads)))
+        step = self.block_bytes // (8 * factor.shape[1] * (self.features.shape[1] + 1))
+        step = max(1, min(step, -(-sum(b.n_models for b in blocks) // self.threads)))
         runs, projections = [], []
         for index, block in enumerate(blocks):
             for lo in range(0, block.n_models, step):
