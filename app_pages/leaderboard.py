@@ -10,10 +10,10 @@ from pkps_core.leaderboard import (
     KIND_WORDS,
     KINDS,
     LEVEL,
-    leaderboard_html,
     stored_leaderboard,
     task_column,
 )
+from pkps_core.leaderboard_html import leaderboard_html
 from pkps_core.outputs import table_bytes
 from pkps_core.predictor import StaleFit
 
@@ -33,13 +33,23 @@ def build_board(path: str, version: int, progress):
     store = shared.open_store(path)
     records = shared.load_records(path, version)
     predictor = None
-    if shared.predictor_status(path, HOLDOUT) == "current":
+    if needs_predictor(path, version) and shared.predictor_status(path, HOLDOUT) == "current":
         predictor = shared.load_predictor(path, version, HOLDOUT)
     board = stored_leaderboard(
         store, records=records, predictor=predictor, progress=progress, holdout=HOLDOUT
     )
     read_board.clear()
     return board
+
+
+def needs_predictor(path: str, version: int) -> bool:
+    """Whether the store's fitted predictor fills its cells that are not observed (on a
+    thin store of graded scores the logit fill needs none)."""
+    from pkps_core.leaderboard import cell_kinds, fill_method
+
+    records = shared.load_records(path, version)
+    kinds = cell_kinds(records)
+    return bool((kinds["kind"] != "observed").any()) and fill_method(kinds, records) == "predictor"
 
 
 def offer_fit(path: str, version: int, state: str) -> None:
@@ -137,13 +147,8 @@ board = read_board(path, version)
 if board is None:
     state = shared.predictor_status(path, HOLDOUT)
     try:
-        if state != "current":
-            # every cell observed needs no predictor; otherwise offer to fit it
-            from pkps_core.leaderboard import cell_kinds
-
-            needs = (cell_kinds(shared.load_records(path, version))["kind"] != "observed").any()
-            if needs:
-                offer_fit(path, version, state)
+        if state != "current" and needs_predictor(path, version):
+            offer_fit(path, version, state)  # every cell observed or the logit fill: none
         bar = st.progress(0.0, text="Placing the models…")
         board = build_board(
             path,

@@ -3,14 +3,18 @@
 Per seed: AlpacaEval-40 with half of each model's (model, task) cells removed (2 or 3 of
 its 5, drawn per model) and the rest thinned to 4 responses, ingested into a fresh store
 (texts embedded by the store), the reference predictor fitted on it as it is, and the
-leaderboard built (:func:`pkps_core.leaderboard.build_leaderboard`). Against each model's
-full-data overall score (the mean over its 805 scored responses):
+leaderboard built (:func:`pkps_core.leaderboard.build_leaderboard`): as the app builds it
+(``fill="auto"``: no cell is observed here, so the additive logit model fills the table)
+and, for comparison, filled by the fitted predictor (``fill="predictor"``, the table
+before the logit fill). Against each model's full-data overall score (the mean over its
+805 scored responses, which no fill sees):
 
-- Spearman of the leaderboard's overall, of the observed responses' mean score, and of
-  the observed responses' mean logit score (a diagnostic: the judge's graded scale);
-- coverage of the overall 90 % interval (the query-weighted mean of the cells' ends) and
-  of the narrower independent-errors interval, and their mean widths;
-- the overall's mean absolute error, and the time to fit and to build the table.
+- Spearman of both tables' overall, of the observed responses' mean score, and of the
+  observed responses' mean logit score (a diagnostic: the judge's graded scale);
+- coverage of the overall 90 % interval (the query-weighted mean of the cells' ends) of
+  both, and of the narrower independent-errors interval, and the mean widths;
+- the overall's mean absolute error, the cells left empty, and the time to fit the
+  predictor and to build each table.
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python bench/leaderboard_accuracy.py --seeds 6
 """
@@ -59,32 +63,39 @@ def one_seed(data: pd.DataFrame, seed: int, workdir: Path) -> dict:
         predictor = stored_predictor(store, fit="always", records=records)
         fit_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    board = build_leaderboard(records, predictor)
+    board = build_leaderboard(records, predictor)  # auto: the logit fill on this store
     board_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    placed = build_leaderboard(records, predictor, fill="predictor")
+    placed_seconds = time.perf_counter() - started
     models = board.models.set_index("model")
+    others = placed.models.set_index("model").reindex(models.index)
     full = truth.reindex(models.index)
     observed = sparse.groupby("model")["score"].mean().reindex(models.index)
     clipped = sparse["score"].clip(LOGIT_EPS, 1 - LOGIT_EPS)
     logit = np.log(clipped / (1 - clipped)).groupby(sparse["model"]).mean().reindex(models.index)
 
-    def covered(low: str, high: str) -> float:
-        return float(((models[low] <= full) & (full <= models[high])).mean())
+    def covered(frame: pd.DataFrame, low: str = "lower", high: str = "upper") -> float:
+        return float(((frame[low] <= full) & (full <= frame[high])).mean())
 
     return {
         "seed": seed,
         "spearman": spearmanr(models["overall"], full).statistic,
+        "spearman_predictor": spearmanr(others["overall"], full).statistic,
         "spearman_observed": spearmanr(observed, full).statistic,
         "spearman_observed_logit": spearmanr(logit, full).statistic,
-        "coverage": covered("lower", "upper"),
-        "coverage_independent": covered("lower_independent", "upper_independent"),
+        "coverage": covered(models),
+        "coverage_independent": covered(models, "lower_independent", "upper_independent"),
+        "coverage_predictor": covered(others),
         "width": float((models["upper"] - models["lower"]).mean()),
-        "width_independent": float(
-            (models["upper_independent"] - models["lower_independent"]).mean()
-        ),
+        "width_predictor": float((others["upper"] - others["lower"]).mean()),
         "mae": float((models["overall"] - full).abs().mean()),
+        "mae_predictor": float((others["overall"] - full).abs().mean()),
         "mae_observed": float((observed - full).abs().mean()),
+        "empty_cells": int(board.cells["value"].isna().sum()),
         "fit_s": fit_seconds,
         "board_s": board_seconds,
+        "board_predictor_s": placed_seconds,
     }
 
 

@@ -1,11 +1,13 @@
 """``python -m pkps_core leaderboard``: the completed model × task table of a store.
 
-Reads the store's fitted reference predictor (fitting and keeping it first when there is
-none or it is stale, with progress on stderr), places every model that has a cell not
-observed, and writes one row per model: ``overall``, ``lower``, ``upper``, ``rank``,
-``rank_lower``, ``rank_upper``, ``observed_fraction`` and per task its value, kind and
-interval (:meth:`pkps_core.leaderboard.Leaderboard.wide`) as CSV or Parquet, or a
-self-contained HTML page.
+Fills the cells not observed (:func:`pkps_core.leaderboard.fill_method`): on a thin store
+of graded scores with the additive logit model, else with the store's fitted reference
+predictor (fitting and keeping it first when there is none or it is stale, with progress
+on stderr; every model with a cell not observed placed), and writes one row per model:
+``overall``, ``lower``, ``upper``, ``rank``, ``rank_lower``, ``rank_upper``,
+``observed_fraction`` and per task its value, kind and interval
+(:meth:`pkps_core.leaderboard.Leaderboard.wide`) as CSV or Parquet, or a self-contained
+HTML page.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def output_kind(path: str) -> str:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from pkps_core.leaderboard import build_leaderboard, leaderboard_html
+    from pkps_core.leaderboard import build_leaderboard, cell_kinds, fill_method
+    from pkps_core.leaderboard_html import leaderboard_html
     from pkps_core.predictor import StaleFit, stored_predictor
     from pkps_core.records import RecordsError
     from pkps_core.store import Store
@@ -47,15 +50,19 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         records = store.records()
         if not len(records):
             raise RecordsError(f"the store {args.db} holds no responses; `ingest` a cache first")
+        kinds = cell_kinds(records)
+        open_cells = bool((kinds["kind"] != "observed").any())
+        predictor = None
         try:
-            predictor = stored_predictor(
-                store,
-                fit="if-stale" if args.fit else "never",
-                records=records,
-                progress=progress_on_stderr,
-                holdout=args.holdout,
-                random_state=args.seed,
-            )
+            if open_cells and fill_method(kinds, records) == "predictor":
+                predictor = stored_predictor(
+                    store,
+                    fit="if-stale" if args.fit else "never",
+                    records=records,
+                    progress=progress_on_stderr,
+                    holdout=args.holdout,
+                    random_state=args.seed,
+                )
         except StaleFit as exc:
             raise RecordsError(str(exc)) from None
     board = build_leaderboard(records, predictor, level=args.level)

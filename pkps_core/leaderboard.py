@@ -1,24 +1,28 @@
 """The completed leaderboard: every model × task cell of a store, observed or predicted.
 
 Leaderboards are sparse: few models answered every task. :func:`build_leaderboard` fills
-the whole table from a store's records and its fitted reference predictor
-(:mod:`pkps_core.predictor`), and says of each cell how it was obtained:
+the whole table from a store's records, and says of each cell how it was obtained:
 
 - **observed** — the cell's full-task score is known: every query of the task (the
   distinct queries the store holds for it) was answered and scored, or the cell carries a
   trusted ``reference_score``. Its interval has zero width.
-- **estimated** — some of the task's queries were answered: the new-model ensemble
-  places the model from its own responses (its budget is its profile) and predicts the
-  full-task score with a conformal interval.
-- **predicted** — none answered: the ensemble's completion (LRMC and whitened kNN on the
-  placed coordinates) from the model's other tasks.
+- **estimated** — some of the task's queries were answered: its scored responses stay as
+  observed and the task's other queries are predicted (or, from the fitted predictor, the
+  new-model ensemble predicts the full-task score from the model's own responses).
+- **predicted** — none answered: predicted from the model's other tasks.
 
-Every model with a cell that is not observed is placed as new by the predictor, its own
-stored rows hidden from the run (:meth:`~pkps_core.predictor.ReferencePredictor.predict`),
-one model per call: the predictor hides every renamed model of a call from all models of
-that call, and even a family placed together (its models never inform each other under
-the family holdout) gets other intervals than its models placed alone (the tests show
-0.02 on a synthetic store), so each cell is what the New model page shows for it.
+What fills them (:func:`fill_method`): on a store where fewer than half the cells are
+observed — every model thin, no reference with a full score — and the scores are graded,
+an additive model of the store's scored responses on the logit scale
+(:mod:`pkps_core.leaderboard_logit`: ability per model, difficulty per task, bootstrap
+intervals); otherwise the store's fitted
+reference predictor (:mod:`pkps_core.predictor`), each model with a cell not observed
+placed as new, its own stored rows hidden
+(:meth:`~pkps_core.predictor.ReferencePredictor.predict`), one model per call: the
+predictor hides every renamed model of a call from all models of that call, and even a
+family placed together (its models never inform each other under the family holdout) gets
+other intervals than its models placed alone (the tests show 0.02 on a synthetic store),
+so each cell is what the New model page shows for it.
 
 Per model, the overall score is the query-weighted mean of its cells, as the New model
 page defines it (:func:`pkps_core.views.new_model.weighted_mean` with
@@ -30,7 +34,6 @@ The measured quality on a sparse store is in ``docs/leaderboard.md``.
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pkps_core.leaderboard_logit import SOURCE as LOGIT_SOURCE
+from pkps_core.leaderboard_logit import logit_cells
 from pkps_core.records import RecordsError, cell_table
 from pkps_core.trust.cells import task_query_counts
 from pkps_core.views.new_model import independent_interval, rank_interval, weighted_mean
@@ -50,17 +55,18 @@ __all__ = [
     "Leaderboard",
     "build_leaderboard",
     "cell_kinds",
-    "leaderboard_html",
+    "fill_method",
     "stored_leaderboard",
 ]
 
 LEVEL = 0.9
 FIT_KIND = "leaderboard"
-STATE_VERSION = 1
+STATE_VERSION = 2
+THIN_STORE = 0.5  # below this share of observed cells, no reference holds a full score
 KINDS = ("observed", "estimated", "predicted")
 KIND_WORDS = {
     "observed": "observed: every query of the task answered and scored (or a given full score)",
-    "estimated": "estimated: some queries answered; the ensemble predicts the full-task score",
+    "estimated": "estimated: some queries answered; the full-task score is predicted",
     "predicted": "predicted: no query answered; completed from the model's other tasks",
 }
 CELL_COLUMNS = (
@@ -207,6 +213,23 @@ def cell_kinds(records: pd.DataFrame) -> pd.DataFrame:
     ]
 
 
+def fill_method(cells: pd.DataFrame, records: pd.DataFrame, fill: str = "auto") -> str:
+    """``logit`` or ``predictor``: what fills the cells of :func:`cell_kinds` that are not
+    observed. ``auto``: the additive logit model (:mod:`pkps_core.leaderboard_logit`) when
+    fewer than half the cells are observed — the predictor's references are then thin, and
+    its calibration rehearses shadows against them — and the scores are graded (some
+    strictly between 0 and 1: the scale the logit model reads); else the fitted predictor
+    (``docs/leaderboard.md`` has both measured)."""
+    if fill not in ("auto", "logit", "predictor"):
+        raise ValueError(f"fill must be auto, logit or predictor; got {fill!r}")
+    if fill != "auto":
+        return fill
+    thin = (cells["kind"] == "observed").mean() < THIN_STORE
+    score = records["score"] if "score" in records.columns else pd.Series(dtype=float)
+    graded = bool(((score > 0) & (score < 1)).any())
+    return "logit" if thin and graded else "predictor"
+
+
 def _placed(
     predictor,
     records: pd.DataFrame,
@@ -234,6 +257,7 @@ def build_leaderboard(
     *,
     level: float = LEVEL,
     progress: Callable[[float, str], None] | None = None,
+    fill: str = "auto",
 ) -> Leaderboard:
     """The completed leaderboard of ``records`` (a store's, with embeddings).
 
@@ -244,11 +268,14 @@ def build_leaderboard(
         (:meth:`pkps_core.store.Store.records` gives both).
     predictor : ReferencePredictor, optional
         Fitted on ``records`` (:func:`pkps_core.predictor.stored_predictor`). Needed when
-        any cell is not observed.
+        the predictor fills the cells not observed, and for models without a scored
+        response under the logit fill (without it their cells stay empty).
     level : float, default=0.9
-        Coverage of the intervals. The predictor's conformal intervals are at this level.
+        Coverage of the intervals.
     progress : callable, optional
         ``progress(fraction, message)`` while models are placed.
+    fill : {"auto", "logit", "predictor"}, default="auto"
+        What fills the cells not observed (:func:`fill_method`).
 
     Returns
     -------
@@ -261,14 +288,23 @@ def build_leaderboard(
     """
     started = time.perf_counter()
     cells = cell_kinds(records)
-    observed = cells["kind"] == "observed"
+    observed = (cells["kind"] == "observed").to_numpy()
     full = cells["reference_score"].where(cells["reference_score"].notna(), cells["sample_score"])
     cells["value"] = full.where(observed)
     cells["lower"] = cells["value"]
     cells["upper"] = cells["value"]
     cells["note"] = np.where(observed, "observed", "")
-    to_place = sorted(cells.loc[~observed, "model"].unique())
+    open_cells = ~observed
     source = "every cell observed"
+    if open_cells.any() and fill_method(cells, records, fill) == "logit":
+        filled = logit_cells(records, cells, open_cells, level)
+        for column in ("value", "lower", "upper", "note"):
+            cells[column] = np.where(open_cells, filled[column], cells[column])
+        source = LOGIT_SOURCE
+        open_cells = open_cells & filled["value"].isna().to_numpy()
+        if predictor is None:  # models without a scored response stay empty
+            open_cells[:] = False
+    to_place = sorted(cells.loc[open_cells, "model"].unique())
     if to_place:
         if predictor is None:
             raise RecordsError(
@@ -280,10 +316,12 @@ def build_leaderboard(
         keys = pd.MultiIndex.from_frame(cells[["model", "task"]])
         for column, target in (("prediction", "value"), ("lower", "lower"), ("upper", "upper")):
             values = placed[column].reindex(keys).to_numpy(dtype=float)
-            cells[target] = np.where(observed, cells[target], values)
+            cells[target] = np.where(open_cells, values, cells[target])
         notes = placed["note"].reindex(keys).fillna("").astype(str).to_numpy()
-        cells["note"] = np.where(observed, cells["note"], notes)
-        source = "the store's fitted predictor"
+        cells["note"] = np.where(open_cells, notes, cells["note"])
+        source = "the store's fitted predictor" + (
+            "" if source.startswith("every") else f" and {source}"
+        )
     cells = cells[list(CELL_COLUMNS)].reset_index(drop=True)
     models = _model_rows(cells, level)
     return Leaderboard(
@@ -387,10 +425,10 @@ def stored_leaderboard(
     records : DataFrame, optional
         ``store.records()`` when the caller has them.
     predictor : ReferencePredictor, optional
-        The store's fitted predictor when the caller has it; else it is read
-        (:func:`~pkps_core.predictor.stored_predictor` with ``fit="never"``: a store
-        without a current fit raises :class:`~pkps_core.predictor.StaleFit`, unless every
-        cell is observed).
+        The store's fitted predictor when the caller has it; else it is read when it fills
+        the cells (:func:`fill_method`; :func:`~pkps_core.predictor.stored_predictor` with
+        ``fit="never"``: a store without a current fit raises
+        :class:`~pkps_core.predictor.StaleFit`).
     progress : callable, optional
         ``progress(fraction, message)`` while models are placed.
     **params
@@ -409,7 +447,10 @@ def stored_leaderboard(
         return None
     version = store.version
     records = store.records() if records is None else records
-    needs_predictor = (cell_kinds(records)["kind"] != "observed").any()
+    kinds = cell_kinds(records)
+    needs_predictor = (kinds["kind"] != "observed").any() and fill_method(
+        kinds, records
+    ) == "predictor"
     if needs_predictor and predictor is None:
         predictor = stored_predictor(store, fit="never", records=records, **params)
     board = build_leaderboard(records, predictor, level=level, progress=progress)
@@ -417,72 +458,3 @@ def stored_leaderboard(
         document = {"level": level, "source": board.source, "elapsed": board.elapsed}
         save_fit(store, key, document, _to_arrays(board), version)
     return board
-
-
-def _colour(value: float) -> str:
-    """A light red → yellow → green background for a score in [0, 1]."""
-    if not np.isfinite(value):
-        return "#ffffff"
-    v = float(np.clip(value, 0.0, 1.0))
-    red = int(255 if v < 0.5 else 255 - (v - 0.5) * 2 * 120)
-    green = int(140 + min(v, 0.5) * 2 * 100)
-    return f"#{red:02x}{green:02x}96"
-
-
-def leaderboard_html(board: Leaderboard, title: str = "Leaderboard") -> str:
-    """A self-contained HTML page of the table: cells coloured by score, estimated and
-    predicted cells in italics on a hatched background, the interval in each cell's
-    tooltip, and a legend. Every name is escaped."""
-    wide = board.wide()
-    esc = html.escape
-    head = ["#", "model", "family", "overall", "90 % interval", "rank interval", "observed"]
-    head = [esc(h) for h in head] + [esc(t) for t in board.tasks]
-    lines = []
-    for row in wide.itertuples(index=False):
-        values = dict(zip(wide.columns, row, strict=True))
-        cells = [
-            f"<td>{int(values['rank'])}</td>",
-            f"<td>{esc(str(values['model']))}</td>",
-            f"<td>{esc(str(values['family']))}</td>",
-            f"<td style='background:{_colour(values['overall'])}'>{values['overall']:.3f}</td>",
-            f"<td>{values['lower']:.3f} – {values['upper']:.3f}</td>",
-            f"<td>{int(values['rank_lower'])} – {int(values['rank_upper'])}</td>",
-            f"<td>{values['observed_fraction']:.0%}</td>",
-        ]
-        for task in board.tasks:
-            name = task_column(task)
-            value, kind = values[name], values[f"{name} kind"]
-            low, high = values[f"{name} lower"], values[f"{name} upper"]
-            tip = f"{kind}: {value:.3f} (interval {low:.3f} – {high:.3f})"
-            cells.append(
-                f"<td class='{esc(kind)}' style='background-color:{_colour(value)}' "
-                f"title='{esc(tip)}'>{value:.3f}</td>"
-            )
-        lines.append("<tr>" + "".join(cells) + "</tr>")
-    legend = "".join(
-        f"<li><span class='{kind} swatch'>0.50</span> {esc(KIND_WORDS[kind])}</li>"
-        for kind in KINDS
-    )
-    style = (
-        "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
-        "td,th{padding:3px 8px;border:1px solid #ddd;text-align:right}"
-        "td:nth-child(2),td:nth-child(3){text-align:left}"
-        ".estimated{font-style:italic;background-image:repeating-linear-gradient(45deg,"
-        "transparent 0 6px,rgba(0,0,0,.07) 6px 8px)}"
-        ".predicted{font-style:italic;color:#555;background-image:repeating-linear-gradient("
-        "45deg,transparent 0 3px,rgba(0,0,0,.16) 3px 5px)}"
-        ".swatch{display:inline-block;padding:0 6px;border:1px solid #ddd;"
-        "background-color:#fff}"
-    )
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
-        f"<style>{style}</style></head><body><h1>{esc(title)}</h1>"
-        f"<p>Overall: the query-weighted mean of a model's tasks; intervals at "
-        f"{board.level:.0%}; cells not observed filled by {esc(board.source)}. "
-        "Hover a cell for its interval.</p>"
-        f"<ul>{legend}</ul><table><thead><tr>"
-        + "".join(f"<th>{h}</th>" for h in head)
-        + "</tr></thead><tbody>"
-        + "".join(lines)
-        + "</tbody></table></body></html>"
-    )

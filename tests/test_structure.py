@@ -27,7 +27,7 @@ LAYERS = [
     {"trust"},
     {"predict", "predictor"},
     {"protocols"},
-    {"views", "uploads", "demo", "leaderboard"},
+    {"views", "uploads", "demo", "leaderboard", "leaderboard_html", "leaderboard_logit"},
     {"report"},  # a view's content as figures, HTML and text, for the page and the CLI
     {
         "cli",
