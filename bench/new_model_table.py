@@ -95,6 +95,9 @@ def _progress(fraction: float, message: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds first-seed … first-seed + seeds - 1"
+    )
     parser.add_argument("--budgets", type=_ints, default=[1, 2, 4, 8, 16])
     parser.add_argument("--modes", default="scored,responses-only")
     parser.add_argument("--target-share", type=float, default=0.25)
@@ -140,7 +143,7 @@ def main() -> None:
         budgets=args.budgets,
         modes=modes,
         target_share=args.target_share,
-        seeds=range(args.seeds),
+        seeds=range(args.first_seed, args.first_seed + args.seeds),
         holdout="family",
         space_params=SPACES[args.space],
         neighbours=args.neighbours,

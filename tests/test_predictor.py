@@ -197,6 +197,27 @@ def test_a_profiles_space_from_the_shared_reference_sums_is_a_fresh_fits(cache):
         )
 
 
+def test_dkps_takes_the_delta_sums_pkps_computed_for_the_same_shadows(cache, monkeypatch):
+    # DKPS's kernel is PKPS's bandwidth 0: in one profile context the shadows' pair sums
+    # are computed once, and DKPS's space is still a fresh fit's
+    from pkps_core.predictor import core
+    from pkps_core.predictor.core import Profile
+
+    _, references, _, _ = cache
+    predictor = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(references, lazy=True)
+    context = predictor._profile_context(Profile(4, True))
+    calls = []
+    counted = core.shadow_pair_sums
+    monkeypatch.setattr(
+        core, "shadow_pair_sums", lambda *a, **k: calls.append(1) or counted(*a, **k)
+    )
+    predictor._shadow_space("pkps", context)
+    shared = predictor._shadow_space("dkps", context)
+    assert len(calls) == 1
+    fresh = predictor._profile_context(Profile(4, True)).space("dkps")
+    np.testing.assert_allclose(shared.distance_matrix_**2, fresh.distance_matrix_**2, atol=1e-12)
+
+
 def test_the_region_checks_space_from_the_profiles_sums_is_a_fresh_fits(cache):
     import functools
 

@@ -62,6 +62,7 @@ from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
 from pkps_core.space.increments import increment_sums
 from pkps_core.space.knn import cell_matrix
 from pkps_core.space.prepare import append_models
+from pkps_core.space.runtime import WorkerPool, single_threaded_blas
 from pkps_core.trust import trust_columns
 from pkps_core.trust.cells import task_query_counts
 from pkps_core.trust.extrapolation import region_distances_with
@@ -252,10 +253,18 @@ class ReferencePredictor:
         if lazy:
             profiles = []
         self.profiles_ = {}
-        for k, profile in enumerate(profiles):
-            if progress is not None:
-                progress(k / len(profiles), f"calibrating {profile.label()}")
-            self._calibrate(profile)
+        # BLAS on one thread throughout (a multi-threaded BLAS spinning on the many small
+        # products took twice as long on a loaded 2-core machine); the shadows' kernel
+        # sums spread their bandwidths over the fit's own threads instead
+        self._pool = WorkerPool()
+        try:
+            with single_threaded_blas():
+                for k, profile in enumerate(profiles):
+                    if progress is not None:
+                        progress(k / len(profiles), f"calibrating {profile.label()}")
+                    self._calibrate(profile)
+        finally:
+            self.__dict__.pop("_pool").close()
         if progress is not None:
             progress(1.0, "done")
         self.__dict__.pop("_bases", None)  # what every profile shared; not state
@@ -404,12 +413,31 @@ class ReferencePredictor:
         )
         n = len(prepared.models)
         shadows = np.flatnonzero(context.shadows)
+        pairs = None
         if base.response_kernel in ("linear", "cosine"):  # unit rows: cosine is linear
-            pairs = shadow_pair_sums(
-                prepared.layout, features, queries, base.bandwidth_grid_, context.shadows
-            )
-        else:
-            pairs = None
+            # PKPS's grid holds the delta limit (bandwidth 0), which is DKPS's kernel:
+            # DKPS takes those sums when its response vectors are PKPS's
+            delta = context.shared.get(("shadow pair sums", "delta"))
+            grid = np.asarray(base.bandwidth_grid_, dtype=float)
+            if (
+                name == "dkps"
+                and delta is not None
+                and len(grid) == 1
+                and np.array_equal(delta[0], features)
+            ):
+                pairs = [delta[1]]
+            else:
+                pairs = shadow_pair_sums(
+                    prepared.layout,
+                    features,
+                    queries,
+                    grid,
+                    context.shadows,
+                    pool=self.__dict__.get("_pool"),
+                )
+            if name == "pkps" and (grid == 0).any():
+                zero = int(np.flatnonzero(grid == 0)[0])
+                context.shared[("shadow pair sums", "delta")] = (features, pairs[zero])
         grid_sums = []
         for k, (sigma, old) in enumerate(zip(base.bandwidth_grid_, base.kernel_sums_, strict=True)):
             full = []

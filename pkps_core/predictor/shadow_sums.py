@@ -17,10 +17,13 @@ The queries are taken in blocks so memory stays bounded.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy import sparse
 
 from pkps_core.space import kernels
+from pkps_core.space.runtime import WorkerPool
 
 BLOCK_BYTES = 64 * 2**20
 DENSE_SHARE = 4  # a row that answered at least 1/DENSE_SHARE of the queries is dense
@@ -33,6 +36,7 @@ def shadow_pair_sums(
     bandwidths: np.ndarray,
     shadows: np.ndarray,
     rows: np.ndarray | None = None,
+    pool: WorkerPool | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per bandwidth, the numerator and denominator sums of every model with every shadow.
 
@@ -50,6 +54,9 @@ def shadow_pair_sums(
     rows : ndarray of bool (n_models,), optional
         The models whose sums with the shadows are wanted (default all); the others' rows
         are 0, except each shadow's sum with itself, which is always computed.
+    pool : WorkerPool, optional
+        Threads the bandwidths are spread over (default: one per core BLAS may use); the
+        sums do not depend on it.
 
     Returns
     -------
@@ -60,6 +67,8 @@ def shadow_pair_sums(
     n_models, n_queries = layout.n_models, layout.n_queries
     p = features.shape[1]
     shadow_models = np.flatnonzero(shadows)
+    n_shadows = len(shadow_models)
+    pool = WorkerPool() if pool is None else pool
     row_models = np.arange(n_models) if rows is None else np.flatnonzero(rows)
     shadow_rows = [
         np.arange(layout.model_bounds[s], layout.model_bounds[s + 1]) for s in shadow_models
@@ -98,6 +107,8 @@ def shadow_pair_sums(
         padded[k, : len(own)] = own
         present[k, : len(own)] = True
     padded_queries = query_idx[padded]
+    # padding reads a zero row appended to the query kernel's columns (index n_queries)
+    padded_columns = np.where(present, padded_queries, n_queries)
     padded_features = np.where(present[:, :, None], features[padded], 0.0)
     owner = np.repeat(np.arange(len(shadow_models)), present.sum(axis=1))
     all_rows = padded[present]
@@ -114,45 +125,27 @@ def shadow_pair_sums(
         first, last = np.searchsorted(sparse_queries, [block[0], block[-1] + 1])
         thin = sparse_responses[first:last]
         delta = scattered = None
-        for b, query_kernel in enumerate(kernels_by_bandwidth):
-            if query_kernel is None:  # a shadow's response meets one query
-                if delta is None:
-                    delta = _delta_block(
-                        y,
-                        counts,
-                        block,
-                        query_idx[all_rows],
-                        features[all_rows],
-                        owner,
-                        len(shadow_models),
-                    )
-                numerators[b, dense] += delta[0]
-                denominators[b, dense] += delta[1]
-                if len(thin) and scattered is None:
-                    scattered = _scattered(
-                        block, query_idx[all_rows], features[all_rows], owner, len(shadow_models)
-                    )
-                w, mass = scattered if len(thin) else (None, None)
-            else:
-                # (shadows, block, their responses): kQ(u_q, u_{q_l}), 0 for the padding
-                columns = query_kernel[padded_queries[:, None, :], block[None, :, None]]
-                columns *= present[:, None, :]
-                w = np.matmul(columns, padded_features)  # (shadows, block, p), contiguous
-                mass = columns.sum(axis=2)
-                if len(dense):
-                    numerators[b, dense] += flat @ w.reshape(len(shadow_models), -1).T
-                    denominators[b, dense] += counts @ mass.T
+        if any(kernel is None for kernel in kernels_by_bandwidth):  # a response meets one query
+            delta = _delta_block(
+                y, counts, block, query_idx[all_rows], features[all_rows], owner, n_shadows
+            )
             if len(thin):
-                _thin_rows(
-                    numerators[b],
-                    denominators[b],
-                    w,
-                    mass,
-                    thin,
-                    query_idx[thin] - block[0],
-                    model_idx[thin],
-                    features,
+                scattered = _scattered(
+                    block, query_idx[all_rows], features[all_rows], owner, n_shadows
                 )
+
+        one_bandwidth = functools.partial(
+            _block_at_bandwidth,
+            kernels_by_bandwidth=kernels_by_bandwidth,
+            sums=(numerators, denominators),
+            block=block,
+            dense_rows=(dense, flat, counts),
+            delta=delta,
+            scattered=scattered,
+            padded=(padded_columns, padded_features),
+            thin=(thin, query_idx[thin] - block[0], model_idx[thin], features),
+        )
+        pool.map(one_bandwidth, range(len(bandwidths)))
     # each shadow with itself, shadows in chunks: their responses' Gram matrices (padded
     # rows are zero vectors and weigh 0), weighted by the query kernel per bandwidth
     chunk = max(1, BLOCK_BYTES // (8 * 3 * max(longest, 1) ** 2))
@@ -171,6 +164,45 @@ def shadow_pair_sums(
             numerators[b, shadow_models[part], own] = np.einsum("sij,sij->s", weight, gram)
             denominators[b, shadow_models[part], own] = weight.sum(axis=(1, 2))
     return [(numerators[b], denominators[b]) for b in range(len(bandwidths))]
+
+
+def _block_at_bandwidth(
+    b, *, kernels_by_bandwidth, sums, block, dense_rows, delta, scattered, padded, thin
+):
+    """One block of queries at bandwidth ``b``: adds to row ``b`` of the sums only (the
+    bandwidths of a block run on the pool's threads)."""
+    numerators, denominators = sums
+    dense, flat, counts = dense_rows
+    thin_responses, thin_local, thin_owners, features = thin
+    query_kernel = kernels_by_bandwidth[b]
+    if query_kernel is None:  # delta: a shadow's response meets one query
+        numerators[b, dense] += delta[0]
+        denominators[b, dense] += delta[1]
+        w, mass = scattered if len(thin_responses) else (None, None)
+    else:
+        # (shadows, their responses, block): kQ(u_{q_l}, u_q) from whole kernel rows
+        # (0 for the padding), then one batched product
+        padded_columns, padded_features = padded
+        n_queries = query_kernel.shape[0]
+        kernel_rows = np.zeros((n_queries + 1, len(block)))
+        kernel_rows[:n_queries] = query_kernel[:, block]
+        columns = kernel_rows[padded_columns]
+        w = np.matmul(columns.transpose(0, 2, 1), padded_features)  # (shadows, block, p)
+        mass = columns.sum(axis=1)
+        if len(dense):
+            numerators[b, dense] += flat @ w.reshape(w.shape[0], -1).T
+            denominators[b, dense] += counts @ mass.T
+    if len(thin_responses):
+        _thin_rows(
+            numerators[b],
+            denominators[b],
+            w,
+            mass,
+            thin_responses,
+            thin_local,
+            thin_owners,
+            features,
+        )
 
 
 def _scattered(block, queries, vectors, owner, n_shadows):
