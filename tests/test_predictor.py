@@ -279,3 +279,24 @@ def test_four_shadows_where_every_cell_is_answered_and_two_where_some_are_missin
     assert sparse.settings()["shadow_repeats"] == "auto"
     fixed = ReferencePredictor(budgets=(2,), modes=("scored",), shadow_repeats=3)
     assert fixed.fit(gap, lazy=True).shadow_repeats_ == 3
+
+
+def test_a_fit_on_two_threads_is_the_fit_on_one(cache, fitted, monkeypatch):
+    # the budgets are calibrated on the fit's threads; each profile's calibration does
+    # not depend on which thread or in which order, so the answers are the same
+    from pkps_core.space.runtime import WorkerPool
+
+    _, references, thin, _ = cache
+    monkeypatch.setattr(core, "WorkerPool", lambda: WorkerPool(1))
+    one = ReferencePredictor(budgets=(2, 4), modes=("scored", "responses-only"))
+    one.fit(references)
+    monkeypatch.setattr(core, "WorkerPool", lambda: WorkerPool(2))
+    messages = []
+    two = ReferencePredictor(budgets=(2, 4), modes=("scored", "responses-only"))
+    two.fit(references, progress=lambda fraction, message: messages.append(fraction))
+    assert list(two.profiles_) == list(one.profiles_)
+    assert messages[-1] == 1.0 and messages == sorted(messages)
+    for frame in (thin, thin.assign(score=np.nan)):
+        a, b = one.predict(frame), two.predict(frame)
+        np.testing.assert_allclose(b["prediction"], a["prediction"], atol=1e-12)
+        np.testing.assert_allclose(b["upper"], a["upper"], atol=1e-12)

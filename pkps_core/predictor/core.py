@@ -34,11 +34,14 @@ store (:mod:`pkps_core.store.fits`) without pickle.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -257,20 +260,59 @@ class ReferencePredictor:
         # products took twice as long on a loaded 2-core machine); the shadows' kernel
         # sums spread their bandwidths over the fit's own threads instead
         self._pool = WorkerPool()
+        self._base_lock = threading.Lock()
         try:
             with single_threaded_blas():
-                for k, profile in enumerate(profiles):
-                    if progress is not None:
-                        progress(k / len(profiles), f"calibrating {profile.label()}")
-                    self._calibrate(profile)
+                self._calibrate_all(profiles, progress)
         finally:
             self.__dict__.pop("_pool").close()
+            self.__dict__.pop("_base_lock")
         if progress is not None:
             progress(1.0, "done")
         self.__dict__.pop("_bases", None)  # what every profile shared; not state
         self.__dict__.pop("_by_budget", None)
         self.fit_seconds_ = time.perf_counter() - started
         return self
+
+    def _calibrate_all(self, profiles: list[Profile], progress) -> None:
+        """Every profile; the budgets on the fit's threads (largest first), the two modes
+        of a budget one after the other (the second reuses the first's spaces). A profile's
+        calibration does not depend on the order, so the threads change only the time;
+        ``progress`` is called from the calling thread (an app session's)."""
+        by_budget: dict[tuple, list[Profile]] = {}
+        for profile in profiles:
+            by_budget.setdefault((profile.budget, profile.tasks), []).append(profile)
+        groups = [by_budget[key] for key in sorted(by_budget, key=lambda k: -k[0])]
+        threads = min(self._pool.threads, len(groups))
+        if threads <= 1:
+            for k, profile in enumerate(profiles):
+                if progress is not None:
+                    progress(k / len(profiles), f"calibrating {profile.label()}")
+                self._calibrate(profile)
+            return
+
+        def calibrate_group(group: list[Profile]) -> list[Profile]:
+            for profile in group:
+                self._calibrate(profile)
+            return group
+
+        if progress is not None:
+            progress(0.0, f"calibrating {len(profiles)} profiles on {threads} threads")
+        done = 0
+        with ThreadPoolExecutor(threads, thread_name_prefix="pkps-fit") as executor:
+            futures = [executor.submit(calibrate_group, group) for group in groups]
+            for future in as_completed(futures):
+                group = future.result()
+                done += len(group)
+                if progress is not None:
+                    labels = ", ".join(profile.label() for profile in group)
+                    progress(done / len(profiles), f"calibrated {labels}")
+        # the profiles in grid order, as a sequential fit keeps them
+        order = [profile.key for profile in profiles]
+        self.profiles_ = {
+            **{key: self.profiles_[key] for key in order},
+            **{k: v for k, v in self.profiles_.items() if k not in order},
+        }
 
     def _set_references(self, frame: pd.DataFrame, embedders: dict | None = None) -> None:
         if frame["model"].nunique() < 2:
@@ -386,11 +428,13 @@ class ReferencePredictor:
         """The references' own fit of space ``name`` at every grid bandwidth (kept for the
         fit's duration): every profile adds its shadows' sums to it."""
         cache = self.__dict__.setdefault("_bases", {})
-        if name not in cache:
-            kernel = {"pkps": "rbf", "dkps": "delta"}[name]
-            params = {**context.space_params, "query_kernel": kernel}
-            cache[name] = PerspectiveSpace(**params).fit(self.prepared_)
-        return cache[name]
+        lock = self.__dict__.get("_base_lock") or contextlib.nullcontext()
+        with lock:  # the fit's threads share one base fit per space
+            if name not in cache:
+                kernel = {"pkps": "rbf", "dkps": "delta"}[name]
+                params = {**context.space_params, "query_kernel": kernel}
+                cache[name] = PerspectiveSpace(**params).fit(self.prepared_)
+            return cache[name]
 
     def _shadow_space(self, name: str, context: PredictionContext):
         """Space ``name`` of the references with the context's shadows: the references'
@@ -581,12 +625,13 @@ class ReferencePredictor:
             profile = profile_of(row, bool(with_scores[model]), self.tasks_, self.budgets)
             groups.setdefault(profile.key, (profile, []))[1].append(str(model))
         frames, contexts = [], []
-        for profile, models in groups.values():
-            calibration = self._calibration(profile)
-            part = new[new["model"].isin(models)]
-            context = self._placement_context(calibration, part, renamed)
-            frames.append(self._predict_placed(calibration, context, level, renamed))
-            contexts.append((context, models))
+        with single_threaded_blas():  # small products: BLAS's own threads only spin
+            for profile, models in groups.values():
+                calibration = self._calibration(profile)
+                part = new[new["model"].isin(models)]
+                context = self._placement_context(calibration, part, renamed)
+                frames.append(self._predict_placed(calibration, context, level, renamed))
+                contexts.append((context, models))
         out = pd.concat(frames, ignore_index=True)
         out["model"] = out["model"].map(lambda m: renamed.get(m, m))
         return out.sort_values(["model", "task"], kind="stable").reset_index(drop=True), contexts

@@ -76,6 +76,14 @@ def test_uploaded_models_appear_in_both_heatmaps(demo_copy, start_server, new_se
     upload_and_import(session, ("new.csv", cache(new_models, ["task_00", "task_01"])))
     expect(session.main.get_by_test_id("stAlertContentSuccess")).to_contain_text("Imported")
     wait_for_charts(session.page, 2)
+    # the heatmaps drawn before the import's rerun are still on the page for a moment:
+    # wait until both are redrawn with the store's new rows
+    session.page.wait_for_function(
+        """n => { const maps = Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .filter(gd => gd.data && gd.data[0] && gd.data[0].type === 'heatmap');
+          return maps.length >= 2 && maps.every(gd => gd.data[0].y.length === n); }""",
+        arg=45 + len(new_models),
+    )
     coverage, pairedness = heatmap_rows(session.page)
     for model in new_models:
         assert model in coverage
