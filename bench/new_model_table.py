@@ -25,6 +25,12 @@ Printed as markdown, one block per mode:
   (``sample`` when scored, ``mean`` when responses-only) on per-task mean differences.
 
 "—": the method does not apply (e.g. ``sample`` without scores).
+
+``--paired A,B`` adds one table per run comparing B with A on the same seeds and targets
+(e.g. the fitted predictor's ``ensemble-placed`` against the refit ``ensemble``): cell MAE
+of both and B's difference in %, the overall-score Spearman of both and B − A seed by seed
+(mean ± SEM), and both 90 % coverages. ``--long FILE`` tabulates a saved ``--out`` file
+instead of running.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
 from bench.embed_cache import embed_with
 from pkps_core.protocols import (
@@ -88,6 +96,59 @@ def _tests(tests: pd.DataFrame, mode: str) -> pd.DataFrame:
     )
 
 
+def paired_comparison(long: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """Method ``b`` against ``a`` per (mode, budget) on the same seeds and targets: cell
+    MAE (the protocol's ``mae_weight`` average), overall-score Spearman per seed (targets'
+    query-weighted overall scores) with the seed-by-seed difference, 90 % coverage."""
+    missing = sorted({a, b} - set(long["method"]))
+    if missing:
+        raise ValueError(f"no rows of {', '.join(missing)} to compare (run it with --methods)")
+    rows = []
+    for (mode, budget), part in long.groupby(["mode", "budget"], sort=True):
+        mae, rho, coverage = {}, {}, {}
+        for method in (a, b):
+            own = part[part["method"] == method]
+            mae[method] = float((own["mae_weight"] * own["abs_err"]).sum())
+            inside = own.dropna(subset=["lower", "upper", "y_true"])
+            coverage[method] = float(
+                (
+                    (inside["lower"] <= inside["y_true"]) & (inside["y_true"] <= inside["upper"])
+                ).mean()
+            )
+            per_seed = {}
+            for seed, cells in own.groupby("seed"):
+                weights = cells["task_queries"].to_numpy(dtype=float)
+                frame = (
+                    cells.assign(truth=cells["y_true"] * weights, guess=cells["y_pred"] * weights)
+                    .groupby("model")[["truth", "guess"]]
+                    .sum()
+                )
+                per_seed[seed] = spearmanr(frame["truth"], frame["guess"])[0]
+            rho[method] = pd.Series(per_seed)
+        difference = (rho[b] - rho[a]).dropna()
+        sem = difference.std(ddof=1) / np.sqrt(len(difference)) if len(difference) > 1 else np.nan
+        rows.append(
+            {
+                "mode": mode,
+                "m": int(budget),
+                "seeds": len(difference),
+                f"cell MAE {a} / {b}": f"{mae[a]:.4f} / {mae[b]:.4f} "
+                f"({100 * (mae[b] / mae[a] - 1):+.1f} %)",
+                f"Spearman {a} / {b}": f"{rho[a].mean():.3f} / {rho[b].mean():.3f}",
+                f"{b} − {a}, seed by seed": f"{difference.mean():+.3f} ± {sem:.3f}",
+                f"coverage {a} / {b}": f"{coverage[a]:.2f} / {coverage[b]:.2f}",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _plain_markdown(frame: pd.DataFrame) -> str:
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(map(str, row)) + " |")
+    return "\n".join(lines)
+
+
 def _progress(fraction: float, message: str) -> None:
     print(f"  [{fraction:4.0%}] {message}", file=sys.stderr, flush=True)
 
@@ -118,7 +179,17 @@ def main() -> None:
     )
     parser.add_argument("--input", default=str(ALPACA))
     parser.add_argument("--out", help="also write the long results here (.csv)")
+    parser.add_argument(
+        "--paired", help="A,B: a table comparing method B with method A on the same seeds"
+    )
+    parser.add_argument("--long", help="tabulate this saved --out file instead of running")
     args = parser.parse_args()
+    if args.long:
+        long = pd.read_csv(args.long)
+        if args.paired:
+            first, second = [m.strip() for m in args.paired.split(",")]
+            print(_plain_markdown(paired_comparison(long, first, second)))
+        return
     if not Path(args.input).exists():
         print(f"skipped: {args.input} is absent")
         return
@@ -180,6 +251,10 @@ def main() -> None:
             versus = comparator.iloc[0] if len(comparator) else "—"
             print(f"\nWilcoxon signed-rank vs {versus} (per-task mean differences), {mode}:\n")
             print(_markdown(_tests(result.tests, mode), "method"))
+    if args.paired:
+        first, second = [m.strip() for m in args.paired.split(",")]
+        print(f"\n{second} against {first}, same seeds and targets:\n")
+        print(_plain_markdown(paired_comparison(result.long, first, second)))
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
     if args.out:
         result.long.to_csv(args.out, index=False)

@@ -1,0 +1,54 @@
+"""bench/new_model_table.py --paired: one method against another on the same seeds."""
+
+from __future__ import annotations
+
+import itertools
+
+import pandas as pd
+import pytest
+
+from bench.new_model_table import paired_comparison
+
+
+def _long() -> pd.DataFrame:
+    rows = []
+    truth = {"a": 0.1, "b": 0.2, "c": 0.3}
+    for seed, (model, value), task in itertools.product((0, 1), truth.items(), ("t1", "t2")):
+        for method, guess in (("refit", value + 0.01), ("placed", 0.4 - value)):
+            rows.append(
+                {
+                    "seed": seed,
+                    "mode": "scored",
+                    "budget": 2,
+                    "method": method,
+                    "model": model,
+                    "task": task,
+                    "y_true": value,
+                    "y_pred": guess,
+                    "abs_err": abs(guess - value),
+                    "lower": guess - 0.05,
+                    "upper": guess + 0.05,
+                    "task_queries": 10 if task == "t1" else 30,
+                    "mae_weight": 1 / 12,  # 2 seeds × 3 models × 2 tasks, per method
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_the_paired_table_compares_the_second_method_with_the_first():
+    table = paired_comparison(_long(), "refit", "placed")
+    row = table.iloc[0]
+    assert (row["mode"], row["m"], row["seeds"]) == ("scored", 2, 2)
+    # refit: every cell off by 0.01; placed: |0.4 - 2v| = 0.2, 0, 0.2 -> mean 0.4/3
+    mae = row["cell MAE refit / placed"]
+    assert mae.startswith("0.0100 / 0.1333") and "+1233.3 %" in mae
+    # refit ranks the models right (1), placed backwards (-1): -2 on both seeds
+    assert row["Spearman refit / placed"] == "1.000 / -1.000"
+    assert row["placed − refit, seed by seed"] == "-2.000 ± 0.000"
+    # refit's intervals cover every truth; placed's only model b's (guess = truth)
+    assert row["coverage refit / placed"] == "1.00 / 0.33"
+
+
+def test_a_method_without_rows_is_named():
+    with pytest.raises(ValueError, match="no rows of nope"):
+        paired_comparison(_long(), "refit", "nope")
