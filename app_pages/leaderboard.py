@@ -2,6 +2,7 @@
 
 import html
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -189,7 +190,8 @@ elif len(matches) > 1:
     st.caption(f"{len(matches)} models match; the first, {matches[0]!r}, is highlighted.")
 
 tasks = chosen_tasks or board.tasks
-wide = board.wide().set_index("model").loc[shown["model"]]
+wide_out = board.wide()  # once: the table, the map and the exports
+wide = wide_out.set_index("model").loc[shown["model"]]
 table = shown[["rank", "model", "family", "overall", "lower", "upper"]].copy()
 table["rank interval"] = [
     f"{int(a)}–{int(b)}" for a, b in zip(shown["rank_lower"], shown["rank_upper"], strict=True)
@@ -204,31 +206,30 @@ for task in tasks:
 table = table.reset_index(drop=True)
 
 
+def cell_css(value: float, kind: str) -> str:
+    if value != value:  # NaN: nothing could predict the cell
+        return "background-color: #ffffff; color: #999999"
+    hue = f"hsl({int(120 * min(max(value, 0.0), 1.0))}, 60%, "
+    if kind == "observed":
+        return f"background-color: {hue}80%)"
+    if kind == "estimated":
+        return f"background-color: {hue}92%); color: #444444"
+    return "background-color: #eeeeee; color: #777777"
+
+
 def style(frame):
     """Cells coloured by score; estimated and predicted cells told apart; the highlight."""
-    out = frame.copy().astype(object)
-    out[:] = ""
-    for i, model in enumerate(frame["model"]):
-        row = wide.loc[model]
-        for task in tasks:
-            name = task_column(task)
-            kind = row[f"{name} kind"]
-            value = float(row[name])
-            if value != value:  # NaN: no member of the ensemble could predict the cell
-                out.loc[i, task] = "background-color: #ffffff; color: #999999"
-                continue
-            hue = f"hsl({int(120 * min(max(value, 0.0), 1.0))}, 60%, "
-            if kind == "observed":
-                css = hue + "80%)"
-            elif kind == "estimated":
-                css = hue + "92%); color: #444444"
-            else:
-                css = "#eeeeee; color: #777777"
-            out.loc[i, task] = f"background-color: {css}"
-        if model == highlight:
-            out.loc[i, ["rank", "model", "family", "overall"]] = (
-                "background-color: #ffe08a; font-weight: bold"
-            )
+    out = pd.DataFrame("", index=frame.index, columns=frame.columns)
+    rows = wide.loc[frame["model"]]
+    for task in tasks:
+        name = task_column(task)
+        values = rows[name].to_numpy(dtype=float)
+        kinds = rows[f"{name} kind"].to_numpy(dtype=object)
+        out[task] = [cell_css(v, k) for v, k in zip(values, kinds, strict=True)]
+    hit = (frame["model"] == highlight).to_numpy()
+    out.loc[hit, ["rank", "model", "family", "overall"]] = (
+        "background-color: #ffe08a; font-weight: bold"
+    )
     return out
 
 
@@ -258,7 +259,6 @@ st.subheader("Ranks")
 st.plotly_chart(rank_plot(shown, highlight), width="stretch", key="leaderboard_ranks")
 
 st.subheader("Export")
-wide_out = board.wide()
 buttons = st.columns(3)
 buttons[0].download_button(
     "CSV",

@@ -1,7 +1,9 @@
 """``python -m pkps_core fit``: fit a store's reference predictor once and keep it there.
 
 The New model page, ``report`` and the Python API (:func:`pkps_core.predictor.stored_predictor`)
-then read it instead of refitting: a new model is placed in about a second.
+then read it instead of refitting: a new model is placed in about a second. The store's
+leaderboard (:func:`pkps_core.leaderboard.stored_leaderboard`) is built and kept too
+(``--no-leaderboard`` skips it), so the Leaderboard page's first open is a read.
 """
 
 from __future__ import annotations
@@ -34,25 +36,35 @@ def progress_on_stderr(fraction: float, message: str) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    from pkps_core.leaderboard import stored_leaderboard
     from pkps_core.store import Store
     from pkps_core.store.opening import announce_on_stderr
 
     started = time.perf_counter()
+    params = {"budgets": args.budgets, "holdout": args.holdout, "random_state": args.seed}
     with Store(args.db, on_wait=announce_on_stderr) as store:
+        records = store.records()
         predictor = stored_predictor(
-            store,
-            fit="always",
-            progress=progress_on_stderr,
-            budgets=args.budgets,
-            holdout=args.holdout,
-            random_state=args.seed,
+            store, fit="always", records=records, progress=progress_on_stderr, **params
         )
+        fitted = time.perf_counter()
+        board = None
+        if args.leaderboard:
+            board = stored_leaderboard(
+                store, records=records, predictor=predictor, progress=progress_on_stderr, **params
+            )
+    done = time.perf_counter()
     print(
         f"fitted the reference predictor of {args.db}: {len(predictor.references_)} references, "
         f"{len(predictor.tasks_)} tasks, {len(predictor.profiles_)} profiles "
         f"(m = {', '.join(map(str, args.budgets))}; scored and responses-only) in "
-        f"{time.perf_counter() - started:.1f} s; kept in the store"
+        f"{fitted - started:.1f} s; kept in the store"
     )
+    if board is not None:
+        print(
+            f"kept its leaderboard ({len(board.models)} models × {len(board.tasks)} tasks; "
+            f"the Leaderboard page reads it) in {done - fitted:.1f} s"
+        )
     return 0
 
 
@@ -72,4 +84,11 @@ def add_parser(sub) -> None:
     )
     parser.add_argument("--holdout", choices=["model", "family"], default="family")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-leaderboard",
+        dest="leaderboard",
+        action="store_false",
+        help="do not build and keep the leaderboard after the fit (it is then built on the "
+        "Leaderboard page's first open)",
+    )
     parser.set_defaults(run=cmd_fit)

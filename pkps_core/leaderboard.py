@@ -61,7 +61,7 @@ __all__ = [
 
 LEVEL = 0.9
 FIT_KIND = "leaderboard"
-STATE_VERSION = 2
+STATE_VERSION = 3
 THIN_STORE = 0.5  # below this share of observed cells, no reference holds a full score
 KINDS = ("observed", "estimated", "predicted")
 KIND_WORDS = {
@@ -84,6 +84,15 @@ CELL_COLUMNS = (
     "note",
 )
 TEXT_COLUMNS = ("model", "family", "task", "kind", "note")
+MODEL_INTEGERS = (
+    "rank",
+    "rank_lower",
+    "rank_upper",
+    "n_responses",
+    "tasks_observed",
+    "tasks_estimated",
+    "tasks_predicted",
+)
 NUMBER_COLUMNS = (
     "value",
     "lower",
@@ -154,14 +163,19 @@ class Leaderboard:
         kind, lower and upper (columns ``TASK``, ``TASK kind``, ``TASK lower``,
         ``TASK upper``; a task named like a model column is prefixed ``task ``)."""
         out = self.models.copy()
+        grid = self.cells.set_index(["model", "task"])
+        columns = {}
         for task in self.tasks:
-            part = self.cells[self.cells["task"] == task].set_index("model")
+            part = grid.xs(task, level="task").reindex(out["model"])
             name = task_column(task)
-            out[name] = out["model"].map(part["value"]).astype(float)
-            out[f"{name} kind"] = out["model"].map(part["kind"]).astype(object)
-            out[f"{name} lower"] = out["model"].map(part["lower"]).astype(float)
-            out[f"{name} upper"] = out["model"].map(part["upper"]).astype(float)
-        return out
+            columns[name] = part["value"].to_numpy(dtype=float)
+            columns[f"{name} kind"] = part["kind"].to_numpy(dtype=object)
+            columns[f"{name} lower"] = part["lower"].to_numpy(dtype=float)
+            columns[f"{name} upper"] = part["upper"].to_numpy(dtype=float)
+        extra = pd.DataFrame(columns, index=out.index)
+        kinds = [c for c in columns if c.endswith(" kind")]
+        extra[kinds] = extra[kinds].astype(object)  # pandas 3 would make them strings
+        return pd.concat([out, extra], axis=1)
 
 
 def task_column(task: str) -> str:
@@ -378,10 +392,17 @@ def _state_key(level: float, params: dict) -> str:
     return fit_key(FIT_KIND, {"predictor": settings, "level": level, "version": STATE_VERSION})
 
 
+MODEL_TEXT = ("model", "family")
+
+
 def _to_arrays(board: Leaderboard) -> dict[str, np.ndarray]:
-    cells = board.cells
+    """The cells and the model rows (kept too: a read then skips the intervals' work)."""
+    cells, models = board.cells, board.models
     arrays = {c: cells[c].astype(str).to_numpy(dtype=str) for c in TEXT_COLUMNS}
     arrays |= {c: cells[c].to_numpy(dtype=float) for c in NUMBER_COLUMNS}
+    for column in MODEL_COLUMNS:
+        kind = str if column in MODEL_TEXT else float
+        arrays[f"models {column}"] = models[column].astype(kind).to_numpy(dtype=kind)
     return arrays
 
 
@@ -393,9 +414,12 @@ def _from_arrays(arrays: dict, document: dict) -> Leaderboard:
         cells[column] = cells[column].astype(int)
     cells = cells[list(CELL_COLUMNS)]
     level = float(document["level"])
+    models = pd.DataFrame({c: arrays[f"models {c}"] for c in MODEL_COLUMNS})
+    for column in MODEL_INTEGERS:
+        models[column] = models[column].astype(int)
     return Leaderboard(
         cells=cells,
-        models=_model_rows(cells, level),
+        models=models,
         tasks=sorted(cells["task"].unique()),
         level=level,
         source=str(document["source"]),
@@ -436,13 +460,16 @@ def stored_leaderboard(
         ``random_state``, ...) of the fit to use; the kept table is keyed by them.
     """
     from pkps_core.predictor import stored_predictor
-    from pkps_core.store.fits import fit_status, load_fit, save_fit
+    from pkps_core.store.fits import embedders_digest, load_fit, save_fit
 
     key = _state_key(level, params)
-    if fit_status(store, key) == "current":
-        found = load_fit(store, key)
-        if found is not None:
-            return _from_arrays(found.arrays, found.document)
+    found = load_fit(store, key)  # one read; current as fit_status says it
+    if (
+        found is not None
+        and found.store_version == store.version
+        and found.embedders == embedders_digest(store)
+    ):
+        return _from_arrays(found.arrays, found.document)
     if not compute:
         return None
     version = store.version

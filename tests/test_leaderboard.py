@@ -298,3 +298,25 @@ def test_cli_writes_every_column_per_model(tmp_path, capsys):
         assert _run(["leaderboard", "--db", str(db), "--out", str(tmp_path / f"b.{suffix}")]) == 0
     assert _run(["leaderboard", "--db", str(db), "--out", str(tmp_path / "b.txt")]) == 2
     assert _run(["leaderboard", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 2
+
+
+def test_fit_keeps_the_leaderboard(tmp_path, capsys):
+    """`fit` builds and keeps the table: the page's first open is a read."""
+    from pkps_core.cli import main
+
+    records = _dense()
+    records = records[~((records["model"] == "fam0/m0") & (records["task"] == "task1"))]
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.ingest(records, source="dense")
+    assert main(["fit", "--db", str(db), "--budgets", "4", "--no-leaderboard"]) == 0
+    params = {"budgets": (4,), "holdout": "family", "random_state": 0}
+    with Store(db) as store:
+        assert stored_leaderboard(store, compute=False, **params) is None
+    assert main(["fit", "--db", str(db), "--budgets", "4"]) == 0
+    assert "kept its leaderboard (6 models × 3 tasks" in capsys.readouterr().out
+    with Store(db) as store:
+        kept = stored_leaderboard(store, compute=False, **params)
+        assert kept is not None and kept.source == "the store's fitted predictor"
+        built = build_leaderboard(store.records(), stored_predictor(store, fit="never", **params))
+    pd.testing.assert_frame_equal(kept.models, built.models, check_dtype=False)
