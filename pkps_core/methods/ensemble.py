@@ -17,7 +17,7 @@ from pkps_core.methods.context import PredictionContext
 from pkps_core.methods.lrmc import (
     CROSS_FIT_FOLDS,
     lrmc_complete_batch,
-    lrmc_predictions,
+    lrmc_missing_predictions,
     two_way_bias,
 )
 from pkps_core.methods.space_methods import residual_knn, whitened_knn_completion
@@ -154,7 +154,9 @@ def ensemble_predictions(context: PredictionContext) -> tuple[np.ndarray, np.nda
     notes[unscored] = "ensemble: no scored responses in this cell; PKPS alone"
 
     if missing.any():
-        lrmc, _ = lrmc_predictions(context)
+        # LRMC serves the cells without responses only: one fit per model with such cells,
+        # not the cross-fits of its observed cells (most of LRMC's cost)
+        lrmc, _ = lrmc_missing_predictions(context)
         needed = np.unique(groups[missing.any(axis=1)])
         missing_alphas = _missing_alphas(context, distances, needed)
         for group in needed:

@@ -79,6 +79,10 @@ def _solve_spd(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     rhs : ndarray (..., k)
     """
     k = gram.shape[-1]
+    if k == 1:  # rank 0: the biases alone
+        return rhs / gram[..., 0]
+    if k == 3:  # rank 2, the default: the adjugate in closed form, a quarter of the array ops
+        return _solve_spd_3(gram, rhs)
     lower = np.zeros_like(gram)
     for j in range(k):
         diagonal = gram[..., j, j] - (lower[..., j, :j] ** 2).sum(axis=-1)
@@ -93,6 +97,22 @@ def _solve_spd(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     for i in reversed(range(k)):
         tail = (lower[..., i + 1 :, i] * x[..., i + 1 :]).sum(axis=-1)
         x[..., i] = (y[..., i] - tail) / lower[..., i, i]
+    return x
+
+
+def _solve_spd_3(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """:func:`_solve_spd` for 3 × 3 systems: ``x = adj(gram) rhs / det(gram)`` (the ridge's
+    ``lam > 0`` keeps ``gram`` well away from singular)."""
+    a, b, c = gram[..., 0, 0], gram[..., 0, 1], gram[..., 0, 2]
+    d, e, f = gram[..., 1, 1], gram[..., 1, 2], gram[..., 2, 2]
+    cof_aa, cof_ab, cof_ac = d * f - e * e, c * e - b * f, b * e - c * d
+    cof_bb, cof_bc, cof_cc = a * f - c * c, b * c - a * e, a * d - b * b
+    det = a * cof_aa + b * cof_ab + c * cof_ac
+    r0, r1, r2 = rhs[..., 0], rhs[..., 1], rhs[..., 2]
+    x = np.empty_like(rhs)
+    x[..., 0] = (cof_aa * r0 + cof_ab * r1 + cof_ac * r2) / det
+    x[..., 1] = (cof_ab * r0 + cof_bb * r1 + cof_bc * r2) / det
+    x[..., 2] = (cof_ac * r0 + cof_bc * r1 + cof_cc * r2) / det
     return x
 
 

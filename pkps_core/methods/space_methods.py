@@ -26,14 +26,14 @@ def residual_knn(
     allowed: np.ndarray,
     k: int,
 ) -> np.ndarray:
-    """Invert ``bias + KNN(residual)`` at each (problem, model, task) cell."""
-    out = np.full(len(cells), np.nan)
-    for c, (p, i, t) in enumerate(cells):
-        values = residual[p, :, t]
-        r_hat = weighted_knn(distances[i : i + 1], values, allowed[i : i + 1], k)[0]
-        if np.isfinite(r_hat):
-            out[c] = unwhiten(bias[p, i, t] + r_hat, mean[p, 0, t], scale[p, 0, t])
-    return out
+    """Invert ``bias + KNN(residual)`` at each (problem, model, task) cell (one KNN call
+    for every cell: each row reads its own problem's and task's residuals)."""
+    if not len(cells):
+        return np.full(0, np.nan)
+    p, i, t = np.asarray(cells, dtype=int).T
+    values = residual[p, :, t]  # (cells, models)
+    r_hat = weighted_knn(distances[i], values, allowed[i], k)
+    return unwhiten(bias[p, i, t] + r_hat, mean[p, 0, t], scale[p, 0, t])
 
 
 def whitened_knn_completion(context: PredictionContext, space: str) -> np.ndarray:

@@ -25,8 +25,9 @@ def weighted_knn(
     Parameters
     ----------
     distances : ndarray of shape (n_queries, n_references)
-    values : ndarray of shape (n_references,)
-        Regression targets of the references (NaN entries are never used).
+    values : ndarray of shape (n_references,) or (n_queries, n_references)
+        Regression targets of the references (NaN entries are never used); one row per
+        query when each query reads its own targets (many cells in one call).
     allowed : ndarray of bool, shape (n_queries, n_references)
         Which references each query may use.
     k : int
@@ -36,7 +37,8 @@ def weighted_knn(
     ndarray of shape (n_queries,)
         NaN where a row has no allowed reference.
     """
-    allowed = allowed & np.isfinite(values)[None, :]
+    values = np.asarray(values)
+    allowed = allowed & (np.isfinite(values) if values.ndim == 2 else np.isfinite(values)[None, :])
     masked = np.where(allowed, distances, np.inf)
     n_rows, n_refs = masked.shape
     if n_refs == 0:
@@ -47,7 +49,9 @@ def weighted_knn(
     else:
         nearest = np.broadcast_to(np.arange(n_refs), (n_rows, n_refs))
     near_d = np.take_along_axis(masked, nearest, axis=1)
-    near_y = np.nan_to_num(values[nearest])
+    near_y = np.nan_to_num(
+        np.take_along_axis(values, nearest, axis=1) if values.ndim == 2 else values[nearest]
+    )
     usable = np.isfinite(near_d)
     zero = usable & (near_d == 0)
     any_zero = zero.any(axis=1, keepdims=True)
