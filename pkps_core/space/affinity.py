@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pkps_core.space import kernels, response_nystrom
+from pkps_core.space import kernels, paired_sums, response_nystrom
 from pkps_core.space.increments import increment_sums
 from pkps_core.space.runtime import WorkerPool, single_threaded_blas
 from pkps_core.space.sums import (
@@ -156,8 +156,15 @@ class LocalBackend:
         return [int(np.count_nonzero(self.query_sqdist <= cutoff)) for cutoff in cutoffs]
 
     def sums(self, query_kernels: list[QueryKernel], factors: list[np.ndarray]):
-        """N and Z (not symmetrised) of each query kernel and of each factor's ``Φ Φ^T``."""
-        return [self._kernel_sums(k) for k in query_kernels], [self._rank(f) for f in factors]
+        """N and Z (not symmetrised) of each query kernel and of each factor's ``Φ Φ^T``;
+        a non-factorisable response kernel on a fully paired cache sums every exact query
+        kernel in one pass (:mod:`~pkps_core.space.paired_sums`)."""
+        low_rank = [self._rank(f) for f in factors]
+        if self.response_kernel != "linear" and all(k.cutoff is None for k in query_kernels):
+            found = paired_sums.backend_grid_sums(self, [k.bandwidth for k in query_kernels])
+            if found is not None:
+                return found, low_rank
+        return [self._kernel_sums(k) for k in query_kernels], low_rank
 
     def _kernel_sums(self, request: QueryKernel):
         if request.cutoff is not None:
