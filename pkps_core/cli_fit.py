@@ -51,7 +51,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
         board = None
         if args.leaderboard:
             board = stored_leaderboard(
-                store, records=records, predictor=predictor, progress=progress_on_stderr, **params
+                store,
+                refresh=True,  # the predictor was refitted: so is the table
+                records=records,
+                predictor=predictor,
+                progress=progress_on_stderr,
+                **params,
             )
     done = time.perf_counter()
     print(

@@ -431,6 +431,7 @@ def stored_leaderboard(
     store,
     *,
     compute: bool = True,
+    refresh: bool = False,
     level: float = LEVEL,
     records: pd.DataFrame | None = None,
     predictor=None,
@@ -445,6 +446,8 @@ def stored_leaderboard(
     store : pkps_core.store.Store
     compute : bool, default=True
         False: return None instead of building a missing or stale one.
+    refresh : bool, default=False
+        True: build and keep it even when a current one is kept (after a refit).
     level : float, default=0.9
     records : DataFrame, optional
         ``store.records()`` when the caller has them.
@@ -463,7 +466,7 @@ def stored_leaderboard(
     from pkps_core.store.fits import embedders_digest, load_fit, save_fit
 
     key = _state_key(level, params)
-    found = load_fit(store, key)  # one read; current as fit_status says it
+    found = None if refresh else load_fit(store, key)  # current as fit_status says it
     if (
         found is not None
         and found.store_version == store.version
