@@ -124,14 +124,17 @@ def shadow_pair_sums(
         flat = y.reshape(len(dense), len(block) * p)
         first, last = np.searchsorted(sparse_queries, [block[0], block[-1] + 1])
         thin = sparse_responses[first:last]
-        delta = scattered = None
+        delta = thin_delta = None
         if any(kernel is None for kernel in kernels_by_bandwidth):  # a response meets one query
             delta = _delta_block(
                 y, counts, block, query_idx[all_rows], features[all_rows], owner, n_shadows
             )
             if len(thin):
-                scattered = _scattered(
-                    block, query_idx[all_rows], features[all_rows], owner, n_shadows
+                thin_delta = _thin_rows_delta(
+                    (query_idx[thin], model_idx[thin], features[thin]),
+                    (query_idx[all_rows], owner, features[all_rows]),
+                    block,
+                    (n_models, n_shadows),
                 )
 
         one_bandwidth = functools.partial(
@@ -141,7 +144,7 @@ def shadow_pair_sums(
             block=block,
             dense_rows=(dense, flat, counts),
             delta=delta,
-            scattered=scattered,
+            thin_delta=thin_delta,
             padded=(padded_columns, padded_features),
             thin=(thin, query_idx[thin] - block[0], model_idx[thin], features),
         )
@@ -167,7 +170,7 @@ def shadow_pair_sums(
 
 
 def _block_at_bandwidth(
-    b, *, kernels_by_bandwidth, sums, block, dense_rows, delta, scattered, padded, thin
+    b, *, kernels_by_bandwidth, sums, block, dense_rows, delta, thin_delta, padded, thin
 ):
     """One block of queries at bandwidth ``b``: adds to row ``b`` of the sums only (the
     bandwidths of a block run on the pool's threads)."""
@@ -178,7 +181,10 @@ def _block_at_bandwidth(
     if query_kernel is None:  # delta: a shadow's response meets one query
         numerators[b, dense] += delta[0]
         denominators[b, dense] += delta[1]
-        w, mass = scattered if len(thin_responses) else (None, None)
+        if thin_delta is not None:
+            numerators[b] += thin_delta[0]
+            denominators[b] += thin_delta[1]
+        return
     else:
         # (shadows, their responses, block): kQ(u_{q_l}, u_q) from whole kernel rows
         # (0 for the padding), then one batched product
@@ -205,15 +211,37 @@ def _block_at_bandwidth(
         )
 
 
-def _scattered(block, queries, vectors, owner, n_shadows):
-    """The delta kernel's ``W_s[q]`` (each shadow's own response to ``q``, zero where it
-    did not answer) and ``w_s[q]`` (1 where it answered) for one block of queries."""
-    inside = (queries >= block[0]) & (queries <= block[-1])
-    w = np.zeros((n_shadows, len(block), vectors.shape[1]))
-    mass = np.zeros((n_shadows, len(block)))
-    w[owner[inside], queries[inside] - block[0]] = vectors[inside]
-    mass[owner[inside], queries[inside] - block[0]] = 1.0
-    return w, mass
+def _thin_rows_delta(thin, shadows, block, shape):
+    """The delta kernel's sums of thin rows with every shadow for one block of queries: a
+    thin row's response meets only the shadows' responses to the same query,
+    ``N[i, s] += x_r · x_l`` and ``Z[i, s] += 1`` for each such pair — one small product
+    per query that both answered, summed per (row, shadow) pair by one ``bincount``.
+
+    ``thin`` and ``shadows`` are (query index, owner, vectors) of their responses; the
+    owners are model rows and shadow columns of ``shape``."""
+    thin_queries, thin_owner, thin_vectors = thin
+    queries, owner, vectors = shadows
+    inside = np.flatnonzero((queries >= block[0]) & (queries <= block[-1]))
+    inside = inside[np.argsort(queries[inside], kind="stable")]
+    order = np.argsort(thin_queries, kind="stable")
+    edges_thin = np.searchsorted(thin_queries[order], block, side="left")
+    ends_thin = np.searchsorted(thin_queries[order], block, side="right")
+    sorted_queries = queries[inside]
+    edges = np.searchsorted(sorted_queries, block, side="left")
+    ends = np.searchsorted(sorted_queries, block, side="right")
+    pairs, values = [], []
+    for k in np.flatnonzero((ends_thin > edges_thin) & (ends > edges)):
+        rows = order[edges_thin[k] : ends_thin[k]]
+        columns = inside[edges[k] : ends[k]]
+        values.append((thin_vectors[rows] @ vectors[columns].T).ravel())
+        pairs.append((thin_owner[rows][:, None] * shape[1] + owner[columns][None, :]).ravel())
+    size = shape[0] * shape[1]
+    if not pairs:
+        return np.zeros(shape), np.zeros(shape)
+    pairs = np.concatenate(pairs)
+    numerator = np.bincount(pairs, weights=np.concatenate(values), minlength=size)
+    denominator = np.bincount(pairs, minlength=size).astype(float)
+    return numerator.reshape(shape), denominator.reshape(shape)
 
 
 def _thin_rows(numerator, denominator, w, mass, responses, local, owners, features):
