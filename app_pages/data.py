@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import duckdb
-import plotly.graph_objects as go
 import streamlit as st
 
 import app_shared as shared
@@ -12,9 +11,9 @@ from pkps_core.demo import data_dir
 from pkps_core.records import RecordsError
 from pkps_core.store import families
 from pkps_core.uploads import UPLOAD_TYPES, read_uploads
+from pkps_core.views.figures import coverage_figure, heatmap
 
 PAGE_SIZE = 80
-MISSING_COLOUR = "#d9d9d9"
 
 st.title("Data")
 
@@ -29,7 +28,7 @@ st.caption(
 )
 upload_limit = st.get_option("server.maxUploadSize")
 uploads = st.file_uploader(
-    "Response caches", type=list(UPLOAD_TYPES), accept_multiple_files=True, key="upload"
+    "Response caches", type=list(UPLOAD_TYPES), accept_multiple_files=True, key="data_upload"
 )
 st.caption(
     f"Up to {upload_limit} MB per file (the server's `maxUploadSize` in "
@@ -67,11 +66,15 @@ percent_scores = st.checkbox(
 new_path = None
 if destination == "a new store":
     default_name = views.import_store_name([f.name for f in uploads or []], data_dir())
+    # a keyed widget ignores value= after its first run: follow a new default explicitly
+    if st.session_state.get("data_new_store_follows") != default_name:
+        st.session_state["data_new_store"] = default_name
+        st.session_state["data_new_store_follows"] = default_name
     new_path = st.text_input(
-        f"New store file (in the store folder {data_dir()})", value=default_name
+        f"New store file (in the store folder {data_dir()})", key="data_new_store"
     )
 
-if st.button("Import", type="primary", disabled=not uploads):
+if st.button("Import", type="primary", disabled=not uploads, key="data_import"):
     st.session_state.pop("last_import", None)
     with st.status("Importing…", expanded=True) as status:
         try:
@@ -183,13 +186,13 @@ with st.expander("Families: see and edit", expanded=bool(saved and saved[:2] == 
         column_config=shared.table_config(family_rows, hide_index=True),
         hide_index=True,
         width="stretch",
-        key="family_editor",
+        key="data_family_editor",
     )
     save, suggest = st.columns(2)
     changes = families.editor_changes(family_rows, edited)
-    if save.button("Save the families", disabled=not changes):
+    if save.button("Save the families", disabled=not changes, key="data_save_families"):
         family_update = changes
-    elif suggest.button("Use the suggested families"):
+    elif suggest.button("Use the suggested families", key="data_suggest_families"):
         family_update = families.suggested_update(family_rows)
     else:
         family_update = None
@@ -201,74 +204,18 @@ with st.expander("Families: see and edit", expanded=bool(saved and saved[:2] == 
         else:
             saved_at = shared.active_store().version
             st.session_state["families_saved"] = (path, saved_at, n_changed)
-            st.session_state.pop("family_editor", None)
+            st.session_state.pop("data_family_editor", None)
             st.rerun()
 with st.expander("Ingest log"):
     shared.table(shared.active_store().ingest_log(), hide_index=True, width="stretch")
 
 tasks = sorted(cells["task"].unique())
-order_by = st.radio("Order models by", views.MODEL_ORDERS, index=1, horizontal=True, key="order_by")
+order_by = st.radio(
+    "Order models by", views.MODEL_ORDERS, index=1, horizontal=True, key="data_order_by"
+)
 order = views.model_order(cells, order_by)
 many = len(order) > PAGE_SIZE
 family_of = model_table.set_index("model")["family"]
-
-
-def heatmap(matrix, colorscale, zmin, zmax, value_label, axes, value_format=".3f"):
-    """A heatmap with missing cells drawn in grey (and named in the hover).
-
-    ``axes`` is ``(x title, y title)``; names reach Plotly escaped (tick labels and hovers),
-    the data keep the raw names.
-    """
-    x_title, y_title = axes
-    columns, rows = list(matrix.columns), list(matrix.index)
-    labels = [[[views.plotly_text(r), views.plotly_text(c)] for c in columns] for r in rows]
-    missing = matrix.isna().astype(float).where(matrix.isna())
-    where = f"{y_title} %{{customdata[0]}}<br>{x_title} %{{customdata[1]}}<br>"
-    figure = go.Figure(
-        [
-            go.Heatmap(
-                z=matrix.to_numpy(),
-                x=columns,
-                y=rows,
-                customdata=labels,
-                colorscale=colorscale,
-                zmin=zmin,
-                zmax=zmax,
-                colorbar={"title": {"text": value_label}},
-                hovertemplate=f"{where}{value_label} %{{z:{value_format}}}<extra></extra>",
-                xgap=1,
-                ygap=1,
-            ),
-            go.Heatmap(
-                z=missing.to_numpy(),
-                x=columns,
-                y=rows,
-                customdata=labels,
-                colorscale=[[0, MISSING_COLOUR], [1, MISSING_COLOUR]],
-                showscale=False,
-                hovertemplate=f"{where}missing<extra></extra>",
-                xgap=1,
-                ygap=1,
-            ),
-        ]
-    )
-    figure.update_yaxes(
-        autorange="reversed",
-        type="category",
-        title=y_title,
-        tickvals=rows,
-        ticktext=[views.plotly_text(r) for r in rows],
-    )
-    figure.update_xaxes(
-        type="category",
-        title=x_title,
-        tickvals=columns,
-        ticktext=[views.plotly_text(c) for c in columns],
-    )
-    figure.update_layout(
-        height=min(2400, 200 + 16 * len(matrix.index)), margin={"t": 30, "l": 10, "r": 10}
-    )
-    return figure
 
 
 def page_of(models, label, key):
@@ -284,22 +231,29 @@ def page_of(models, label, key):
 
 # ---------------------------------------------------------------------- coverage
 st.header("Coverage")
-st.caption("Responses per model and task; grey cells have none.")
+st.caption(
+    "Responses per model and task as a share of the task's largest cell (hover: the "
+    "responses); grey cells have none."
+)
 coverage_rows = st.radio(
     "Rows",
     ["models", "families (share of models covered)"],
     index=1 if many else 0,
     horizontal=True,
-    key="coverage_rows",
+    key="data_coverage_rows",
 )
 if coverage_rows == "models":
-    shown = page_of(order, "Model", "coverage_page")
-    matrix = views.coverage_matrix(cells, shown, tasks)
-    figure = heatmap(matrix, "Viridis", 0, None, "responses", ("task", "model"), ",.0f")
+    shown = page_of(order, "Model", "data_coverage_page")
+    figure, complete = coverage_figure(views.coverage_matrix(cells, shown, tasks))
+    if complete:
+        st.success(
+            "Complete: every model shown answered as many queries of each task as the "
+            "task's largest cell (every cell has the same share, 1)."
+        )
 else:
     matrix = views.family_coverage(cells, tasks)
     figure = heatmap(matrix, "Viridis", 0, 1, "share of models covered", ("task", "family"))
-st.plotly_chart(figure, width="stretch", key="coverage_chart")
+st.plotly_chart(figure, width="stretch", key="data_coverage_chart")
 
 # ---------------------------------------------------------------------- pairedness
 st.header("Pairedness")
@@ -307,24 +261,24 @@ st.caption(
     "ρ: the fraction of the row model's queries the column model also answered "
     "(1 = fully paired, 0 = no shared query; DKPS needs ρ > 0, PKPS does not)."
 )
-scope = st.selectbox("Queries", ["pooled over tasks", *tasks], key="pair_scope")
+scope = st.selectbox("Queries", ["pooled over tasks", *tasks], key="data_pair_scope")
 pairs = shared.load_pairedness(path, version, None if scope == "pooled over tasks" else scope)
 pair_rows = st.radio(
     "Rows and columns",
     ["models", "families (mean ρ)"],
     index=1 if many else 0,
     horizontal=True,
-    key="pair_rows",
+    key="data_pair_rows",
 )
 if pair_rows == "models":
-    rows = page_of(order, "Row", "pair_row_page")
-    columns = page_of(order, "Column", "pair_col_page")
+    rows = page_of(order, "Row", "data_pair_row_page")
+    columns = page_of(order, "Column", "data_pair_col_page")
     matrix = views.pairedness_matrix(pairs, rows, columns)
     figure = heatmap(matrix, "Blues", 0, 1, "ρ (shared queries)", ("column model", "row model"))
 else:
     matrix = views.family_pairedness(pairs, family_of)
     figure = heatmap(matrix, "Blues", 0, 1, "mean ρ", ("column family", "row family"))
-st.plotly_chart(figure, width="stretch", key="pairedness_chart")
+st.plotly_chart(figure, width="stretch", key="data_pairedness_chart")
 off_diagonal = pairs[pairs["model_a"] != pairs["model_b"]]["rho"]
 if len(off_diagonal):
     st.caption(f"Mean ρ between different models: {off_diagonal.mean():.3f}")

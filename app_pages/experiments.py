@@ -10,14 +10,15 @@ also shows its overall-score and interval tables (:func:`pkps_core.views.new_mod
 from __future__ import annotations
 
 import json
+import time
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 import app_shared as shared
 from pkps_core import protocols, views
 from pkps_core.predict import METHODS
+from pkps_core.views import experiment_figures
 from pkps_core.views.widths import cell_width
 
 LEVER_CHOICES = {
@@ -57,8 +58,11 @@ def sweep_records(path: str, version: int) -> pd.DataFrame:
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
-def run_seed(path: str, version: int, protocol: str, settings: str, seed: int) -> pd.DataFrame:
-    """The long results of one seed (``settings``: JSON of levers, methods, target share)."""
+def run_seed(
+    path: str, version: int, protocol: str, settings: str, seed: int, _progress=None
+) -> pd.DataFrame:
+    """The long results of one seed (``settings``: JSON of levers, methods, target share);
+    ``_progress(fraction, message)`` hears of each setting done (not part of the key)."""
     options = json.loads(settings)
     levers = {
         ARGUMENTS[name]: [None if v == "full" else v for v in values]
@@ -71,6 +75,7 @@ def run_seed(path: str, version: int, protocol: str, settings: str, seed: int) -
         protocol,
         seeds=[seed],
         methods=options["methods"],
+        progress=_progress,
         **levers,
     )
     return result.long
@@ -88,105 +93,32 @@ def lever_inputs(protocol: str) -> dict[str, list]:
             LEVER_CHOICES[lever],
             help=f"{help_text} (`{lever}` in the tables and the export)",
             default=DEFAULTS[protocol][lever],
-            key=f"{protocol}-{lever}",
+            key=f"exp_{protocol}_{lever}",
         )
     return chosen
 
 
 def mae_chart(result: protocols.ProtocolResult) -> None:
-    """MAE against a swept setting (a line per method), or per method when nothing is swept
-    (a one-point line says nothing)."""
-    swept = [lever for lever in result.levers if result.summary[lever].nunique() > 1]
-    summary = result.summary.dropna(subset=["mae"])
-    labels = {"mae": "MAE (score units; mean ± SEM over seeds)", "method": "method"}
-    labels |= {lever: views.lever_axis_title(lever) for lever in result.levers}
-    if not swept:
-        fixed = ", ".join(
-            f"{views.lever_label(lever)} {summary[lever].iloc[0]}" for lever in result.levers
-        )
-        figure = px.bar(
-            summary,
-            x="method",
-            y="mae",
-            error_y="sem",
-            color="method",
-            color_discrete_map=views.METHOD_COLOURS,
-            labels=labels,
-            title=f"At {fixed}" if len(summary) else None,
-        )
-        figure.update_layout(showlegend=False)
-        figure.update_traces(hovertemplate="%{x}<br>MAE %{y:.3f}<extra></extra>")
-        st.plotly_chart(figure, width="stretch", key="mae-chart")
-        return
+    """MAE against a swept setting (a line per method), or per method when nothing is swept."""
+    swept = experiment_figures.swept_levers(result)
     x = (
-        st.selectbox("Plot against", swept, format_func=views.lever_label, key="x-lever")
+        st.selectbox("Plot against", swept, format_func=views.lever_label, key="exp_x_lever")
         if len(swept) > 1
-        else swept[0]
+        else None
     )
-    others = [lever for lever in swept if lever != x]
-    facet = None
-    if others:
-        summary = summary.assign(
-            setting=summary[others]
-            .astype(str)
-            .agg(", ".join, axis=1)
-            .radd(", ".join(views.lever_label(o) for o in others) + ": ")
-        )
-        facet = "setting"
-    figure = px.line(
-        summary.sort_values(x),
-        x=x,
-        y="mae",
-        error_y="sem",
-        color="method",
-        color_discrete_map=views.METHOD_COLOURS,
-        facet_col=facet,
-        markers=True,
-        labels=labels,
-    )
-    figure.update_traces(
-        hovertemplate=f"{views.lever_axis_title(x)} %{{x{views.hover_format(summary[x])}}}<br>"
-        "%{fullData.name}: MAE %{y:.3f}<extra></extra>"
-    )
-    st.plotly_chart(figure, width="stretch", key="mae-chart")
+    figure = experiment_figures.mae_figure(result, x)
+    st.plotly_chart(figure, width="stretch", key="exp_mae_chart")
 
 
 def improvement_chart(result: protocols.ProtocolResult) -> None:
     comparator = protocols.COMPARATORS[result.protocol][0]
-    cell = ["seed", *result.levers, "model", "task"]
-    errors = result.long.pivot_table(index=cell, columns="method", values="abs_err")
-    if comparator not in errors.columns:
-        return
-    gains = (
-        errors.drop(columns=comparator)
-        .rsub(errors[comparator], axis=0)
-        .melt(ignore_index=False, var_name="method", value_name="gain")
-        .dropna()
-        .reset_index()
-    )
+    gains = experiment_figures.gain_frame(result, comparator)
     if not len(gains):
         return
-    x = next((lever for lever in result.levers if gains[lever].nunique() > 1), "method")
     st.subheader(f"Per-cell improvement over {comparator}")
     st.caption(f"abs. error of {comparator} minus that of the method; above 0 the method wins.")
-    figure = px.box(
-        gains,
-        x=x,
-        y="gain",
-        color="method",
-        color_discrete_map=views.METHOD_COLOURS,
-        labels={
-            x: views.lever_axis_title(x),
-            "gain": f"abs. error of {comparator} − method's (score units)",
-        },
-    )
-    x_format = views.hover_format(gains[x]) if x != "method" else ""
-    figure.update_traces(
-        hovertemplate=f"{views.lever_axis_title(x)} %{{x{x_format}}}<br>"
-        f"%{{fullData.name}}: gain over {comparator} %{{y:.3f}}<extra></extra>"
-    )
-    figure.add_hline(y=0, line_dash="dot")
-    st.plotly_chart(figure, width="stretch", key="gain-chart")
+    figure = experiment_figures.improvement_figure(gains, comparator, result.levers)
+    st.plotly_chart(figure, width="stretch", key="exp_gain_chart")
 
 
 def similarity_chart(result: protocols.ProtocolResult) -> None:
@@ -195,28 +127,8 @@ def similarity_chart(result: protocols.ProtocolResult) -> None:
     if not len(points):
         st.caption("Similarity is defined on binary tasks only; this cache has none.")
         return
-    # names are data: escaped for Plotly, carried in customdata rather than px's hover_data
-    points = points.assign(
-        model_text=points["model"].map(views.plotly_text),
-        task_text=points["task"].map(views.plotly_text),
-    )
-    figure = px.scatter(
-        points,
-        x="similarity",
-        y="normalised_gap",
-        color="method",
-        color_discrete_map=views.METHOD_COLOURS,
-        custom_data=["model_text", "task_text", "seed"],
-        labels={
-            "similarity": "similarity to the source models (0–1)",
-            "normalised_gap": "normalised gap (error ÷ spread of scores)",
-        },
-    )
-    figure.update_traces(
-        hovertemplate="%{customdata[0]} · task %{customdata[1]} · seed %{customdata[2]}<br>"
-        "similarity %{x:.3f}, normalised gap %{y:.3f}<extra>%{fullData.name}</extra>"
-    )
-    st.plotly_chart(figure, width="stretch", key="similarity-chart")
+    figure = experiment_figures.similarity_figure(points)
+    st.plotly_chart(figure, width="stretch", key="exp_similarity_chart")
     shared.table(result.correlations, hide_index=True)
 
 
@@ -230,8 +142,8 @@ st.caption(
 path = shared.active_path()
 version = shared.active_store().version
 
-protocol = st.selectbox("Protocol", protocols.PROTOCOLS)
-with st.form("experiment"):
+protocol = st.selectbox("Protocol", protocols.PROTOCOLS, key="exp_protocol")
+with st.form("exp_form"):
     levers = lever_inputs(protocol)
     extra = {}
     if protocol == "new-model":
@@ -241,16 +153,16 @@ with st.form("experiment"):
             max_value=0.75,
             value=0.25,
             step=0.05,
-            key="new-model-target_share",
+            key="exp_new-model_target_share",
         )
     left, right = st.columns([3, 1])
     methods = left.multiselect(
         "Methods",
         list(METHODS),
         default=list(protocols.DEFAULT_METHODS[protocol]),
-        key=f"{protocol}-methods",
+        key=f"exp_{protocol}_methods",
     )
-    n_seeds = right.number_input("Seeds", min_value=1, max_value=64, value=4, key="seeds")
+    n_seeds = right.number_input("Seeds", min_value=1, max_value=64, value=4, key="exp_seeds")
     submitted = st.form_submit_button("Run", type="primary")
 
 if submitted:
@@ -279,12 +191,35 @@ if run is None or run["protocol"] != protocol:
 
 for note in run.get("notes", []):
     st.info(note)
-bar = st.progress(0.0, text="Starting…")
+n_seeds = run["seeds"]
+bar = st.progress(0.0, text=f"Seed 1 of {n_seeds}…")
 longs = []
+started = time.monotonic()
+within = {"fraction": 0.0}  # the running seed's share of its settings done
+
+
+def heard(fraction: float, message: str) -> None:
+    within["fraction"] = fraction  # the sweep's thread: no Streamlit call here
+
+
+def poll(seed: int) -> None:
+    # settings and seeds cost about alike: the pace so far estimates the rest
+    done = min(1.0, (seed + within["fraction"]) / n_seeds)
+    left = shared.remaining_text(done, time.monotonic() - started)
+    bar.progress(done, text=f"Seed {seed + 1} of {n_seeds}" + (f"; {left}" if left else "…"))
+
+
 try:
-    for seed in range(run["seeds"]):
-        longs.append(run_seed(path, version, run["protocol"], run["settings"], seed))
-        bar.progress((seed + 1) / run["seeds"], text=f"Seed {seed + 1} of {run['seeds']} done")
+    for seed in range(n_seeds):
+        within["fraction"] = 0.0
+        longs.append(
+            shared.run_in_thread(
+                lambda seed=seed: run_seed(
+                    path, version, run["protocol"], run["settings"], seed, _progress=heard
+                ),
+                lambda seed=seed: poll(seed),
+            )
+        )
 except ValueError as error:
     bar.empty()
     st.error(f"The sweep could not run: {error}")
@@ -298,7 +233,7 @@ if not len(result.long):
 
 st.subheader("MAE per method")
 mae_chart(result)
-shared.table(protocols.format_summary(result.summary, result.levers))
+shared.table(protocols.format_summary(result.summary, result.levers, views.PAGE_DIGITS))
 st.caption(
     f"MAE ± SEM (score units): {protocols.MAE_AVERAGING} (the long results' CSV). "
     "Settings: "

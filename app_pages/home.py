@@ -24,23 +24,9 @@ if shared.is_demo(path):
         "compare and PKPS still works."
     )
 
-st.page_link(
-    shared.DATA_PAGE,
-    label="Data — upload caches, coverage and pairing",
-    icon=":material/upload_file:",
+shared.PAGES["data"].link("Data — upload caches, coverage and pairing")
+shared.PAGES["new_model"].link(
+    "New model — one model's predicted scores, rank, neighbours and what to evaluate next"
 )
-st.page_link(
-    "app_pages/new_model.py",
-    label="New model — one model's predicted scores, rank, neighbours and what to evaluate next",
-    icon=":material/person_add:",
-)
-st.page_link(
-    shared.SPACE_PAGE,
-    label="Perspective space — PKPS next to DKPS",
-    icon=":material/scatter_plot:",
-)
-st.page_link(
-    shared.PREDICTIONS_PAGE,
-    label="Predictions — methods, errors, export",
-    icon=":material/target:",
-)
+shared.PAGES["space"].link("Perspective space — PKPS next to DKPS")
+shared.PAGES["predictions"].link("Predictions — methods, errors, export")

@@ -1,32 +1,20 @@
 """Predictions: every (model, task) cell by each method, errors, and exports."""
 
-import html
 import time
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 import app_shared as shared
 from pkps_core import trust, views
-from pkps_core.predict import METHODS, predict
+from pkps_core.predict import METHODS
 from pkps_core.records import RecordsError
 from pkps_core.space import RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
+from pkps_core.views.figures import per_task_bars
 
 DEFAULT_METHODS = ("sample", "dkps", "pkps")
-INTERVAL_LEVEL = 0.9
+INTERVAL_LEVEL = shared.INTERVAL_LEVEL
 DEFAULT_BUDGET = 4  # as `predict --budget`
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def predict_cells(*key_method_intervals) -> tuple[pd.DataFrame, float]:
-    """One method's predictions on :func:`shared.prediction_context` (with 90 % conformal
-    intervals and warnings if asked), and when they were computed (``time.time()``: a
-    run that finds an older time read them from the cache)."""
-    *key, method, intervals = key_method_intervals
-    context = shared.prediction_context(*key)
-    level = INTERVAL_LEVEL if intervals else None
-    return predict(context, [method], intervals=level), time.time()
 
 
 st.title("Predictions")
@@ -74,7 +62,7 @@ settings = st.session_state.setdefault("prediction_settings", defaults)
 # Keyed widgets keep one identity while their defaults follow the submitted settings
 # (an unkeyed widget whose default changes is a new widget, and the next submit's
 # edits to the old one were lost).
-with st.form("prediction_form"):
+with st.form("pred_form"):
     # Methods and targets get half a row each: in narrower columns the chips ran past the
     # edge ("pkps" cut off) and the response kernel read "linea" (issue 19)
     top = st.columns(2)
@@ -143,14 +131,14 @@ if not settings["methods"]:
     st.info("Choose at least one method and press Predict.")
     st.stop()
 
-key = (
-    path,
-    version,
-    settings["holdout"],
-    tuple(sorted(settings["targets"])),
-    settings["bandwidth"],
-    settings["response_kernel"],
-    int(settings.get("budget", DEFAULT_BUDGET)),
+key = shared.PredictionKey(
+    path=path,
+    version=version,
+    holdout=settings["holdout"],
+    targets=tuple(sorted(settings["targets"])),
+    bandwidth=settings["bandwidth"],
+    response_kernel=settings["response_kernel"],
+    budget=int(settings.get("budget", DEFAULT_BUDGET)),
 )
 frames = []
 started = time.time()
@@ -160,7 +148,7 @@ with st.status("Predicting…", expanded=False) as status:
     for done, method in enumerate(settings["methods"], start=1):
         status.update(label=f"Predicting with {method} ({done}/{len(settings['methods'])})…")
         try:
-            frame, computed_at = predict_cells(*key, method, bool(settings.get("intervals")))
+            frame, computed_at = shared.predict_cells(key, method, bool(settings.get("intervals")))
         except (RecordsError, ValueError) as exc:
             status.update(label=f"{method} failed", state="error", expanded=True)
             shared.alert("error", "A method could not run.", f"{method}: {exc}")
@@ -183,7 +171,7 @@ predictions = views.prediction_export(
         "holdout": settings["holdout"],
         "bandwidth": settings["bandwidth"],
         "response_kernel": settings["response_kernel"],
-        "budget": key[-1] if settings["targets"] else None,
+        "budget": key.budget if settings["targets"] else None,
         "seed": 0,
         "self_pairs": None,  # the default: exclude with targets, else include
     },
@@ -202,7 +190,7 @@ if evaluated:
 with summary_tab:
     self_reference = not evaluated and views.reference_is_sample_score(cells)
     st.caption(
-        views.mae_caption(self_reference=self_reference, budget=key[-1] if evaluated else None)
+        views.mae_caption(self_reference=self_reference, budget=key.budget if evaluated else None)
         + (" — over the target models' cells." if evaluated else " — over all cells.")
     )
     mae = views.mae_table(predictions, evaluated, self_reference=self_reference)
@@ -257,7 +245,7 @@ with summary_tab:
         figure = views.predicted_vs_reference_figure(
             scored, highlight=highlight, level=INTERVAL_LEVEL if has_intervals else None
         )
-        st.plotly_chart(figure, width="stretch", key="predicted_vs_true")
+        st.plotly_chart(figure, width="stretch", key="pred_scatter")
     else:
         st.info(
             "No cell has both a prediction and a reference score, so there is no error to show."
@@ -269,33 +257,14 @@ with task_tab:
     if len(by_task):
         st.caption("MAE against the references per task (rows) and method (columns).")
         shared.table(by_task, width="stretch")
-        long = by_task.reset_index().melt(id_vars="task", var_name="method", value_name="MAE")
-        bars = go.Figure(
-            [
-                go.Bar(
-                    name=html.escape(str(method)),
-                    x=group["task"].map(html.escape),
-                    y=group["MAE"],
-                    hovertemplate="task %{x}<br>MAE %{y:.3f}<extra>%{fullData.name}</extra>",
-                )
-                for method, group in long.groupby("method", sort=False)
-            ]
-        )
-        bars.update_layout(
-            barmode="group",
-            height=320,
-            xaxis_title="task",
-            yaxis_title="MAE (score units)",
-            margin={"t": 20},
-        )
-        st.plotly_chart(bars, width="stretch", key="per_task_bars")
+        st.plotly_chart(per_task_bars(by_task), width="stretch", key="pred_task_bars")
     else:
         st.info("No cell has both a prediction and a reference score.")
 
 # ---------------------------------------------------------------------- cells
 with cells_tab:
     table = views.cell_overview(predictions, settings["methods"])
-    chosen_models = st.multiselect("Show models", models, key="cell_models")
+    chosen_models = st.multiselect("Show models", models, key="pred_cell_models")
     if chosen_models:
         table = table[table["model"].isin(chosen_models)]
     if has_intervals:
@@ -328,13 +297,13 @@ with next_tab:
         )
         # follow the chosen targets: a new set of targets moves the pick to the first
         follows = tuple(settings["targets"])
-        if evaluated and st.session_state.get("next_model_follows") != follows:
-            st.session_state["next_model"] = evaluated[0]
-        elif st.session_state.get("next_model") not in models:
-            st.session_state["next_model"] = evaluated[0] if evaluated else models[0]
-        st.session_state["next_model_follows"] = follows
+        if evaluated and st.session_state.get("pred_next_model_follows") != follows:
+            st.session_state["pred_next_model"] = evaluated[0]
+        elif st.session_state.get("pred_next_model") not in models:
+            st.session_state["pred_next_model"] = evaluated[0] if evaluated else models[0]
+        st.session_state["pred_next_model_follows"] = follows
         picks = st.columns(2)
-        next_target = picks[0].selectbox("Model", models, key="next_model")
+        next_target = picks[0].selectbox("Model", models, key="pred_next_model")
         with_interval = [
             m
             for m in settings["methods"]
@@ -348,7 +317,7 @@ with next_tab:
                 "Intervals of",
                 with_interval,
                 index=with_interval.index(preferred) if preferred else 0,
-                key="next_method",
+                key="pred_next_method",
             )
             ranking = trust.next_cells(predictions, next_target, method=next_method, top=10)
             if len(ranking):
@@ -365,7 +334,7 @@ with export_tab:
     # generated on click ("deferred") could be gone from the media store by the time the
     # browser asked for it (MediaFileStorageError after a fresh Predict). A click does not
     # rerun the page (on_click="ignore"): a second click during that rerun was lost.
-    coordinates = shared.prediction_coordinates(*key)
+    coordinates = shared.prediction_coordinates(key)
     buttons = st.columns(3)
     buttons[0].download_button(
         "Predictions (CSV)",

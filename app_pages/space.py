@@ -4,7 +4,6 @@ with neighbours and responses of the selected models."""
 import time
 
 import numpy as np
-import plotly.graph_objects as go
 import streamlit as st
 
 import app_shared as shared
@@ -14,6 +13,7 @@ from pkps_core.records import RecordsError
 from pkps_core.space import BANDWIDTH_GRID, RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
 from pkps_core.views import comparison
 from pkps_core.views.comparison_figure import comparison_figure
+from pkps_core.views.figures import cv_curve_figure
 
 MAX_SELECTED = 5
 CHART_KEY = "space_maps"
@@ -27,16 +27,16 @@ cells = shared.load_cells(path, version)
 metadata = comparison.model_metadata(cells)
 
 controls = st.columns([1.1, 2.3, 1.1, 0.8, 1.2])
-shared.url_setting("query_kernel", ["rbf", "delta"])
-shared.url_setting("response_kernel", RESPONSE_KERNEL_CHOICES)
+shared.url_setting("space_query_kernel", ["rbf", "delta"])
+shared.url_setting("space_response_kernel", RESPONSE_KERNEL_CHOICES)
 query_kernel = controls[0].radio(
     "Query kernel",
     ["rbf", "delta"],
     format_func={"rbf": "RBF (PKPS)", "delta": "delta (= DKPS)"}.get,
-    key="query_kernel",
+    key="space_query_kernel",
 )
 cross_validate = controls[1].toggle(
-    "Cross-validate the bandwidth", value=True, disabled=query_kernel == "delta", key="cv"
+    "Cross-validate the bandwidth", value=True, disabled=query_kernel == "delta", key="space_cv"
 )
 BANDWIDTH_OPTIONS = [0.0, *BANDWIDTH_GRID]
 BANDWIDTH_LABEL = "Bandwidth (× median query distance)"
@@ -54,20 +54,23 @@ if not (cross_validate or query_kernel == "delta"):
         options=BANDWIDTH_OPTIONS,
         value=0.3,
         format_func=bandwidth_text,
-        key="bandwidth",
+        key="space_bandwidth",
     )
 response_kernel = controls[2].selectbox(
-    "Response kernel", RESPONSE_KERNEL_CHOICES, key="response_kernel", help=RESPONSE_KERNEL_NOTE
+    "Response kernel",
+    RESPONSE_KERNEL_CHOICES,
+    key="space_response_kernel",
+    help=RESPONSE_KERNEL_NOTE,
 )
-n_components = controls[3].number_input("MDS dimension d", 2, 32, 8, key="n_components")
-view = controls[4].radio("2-D view", ["MDS axes 1–2", "UMAP"], key="view", horizontal=True)
-shared.keep_in_url("query_kernel", "response_kernel")
+n_components = controls[3].number_input("MDS dimension d", 2, 32, 8, key="space_n_components")
+view = controls[4].radio("2-D view", ["MDS axes 1–2", "UMAP"], key="space_view", horizontal=True)
+shared.keep_in_url("space_query_kernel", "space_response_kernel")
 
 looks = st.columns([1.3, 1.6, 1.5])
 colour_by = looks[0].selectbox(
     "Colour by",
     comparison.colour_options(metadata),
-    key="colour_by",
+    key="space_colour_by",
     help="Overall: the query-weighted mean of a model's task scores (each cell's reference "
     "score, else its sample score) over the tasks it answered.",
 )
@@ -85,54 +88,66 @@ search = looks[2].text_input(
 
 bandwidth = "cv" if cross_validate or query_kernel == "delta" else float(multiple)
 settings = (query_kernel, response_kernel, bandwidth, int(n_components))
-dkps_settings = ("delta", response_kernel, "cv", int(n_components))
 
 
-def fit_both():
+def fit_both(kernel_settings):
+    """The left map's fit and DKPS's with the same response kernel and d."""
+    dkps = ("delta", kernel_settings[1], "cv", kernel_settings[3])
     return (
-        shared.fit_space(path, version, *settings),
-        shared.fit_space(path, version, *dkps_settings),
+        shared.fit_space(path, version, *kernel_settings),
+        shared.fit_space(path, version, *dkps),
     )
 
 
+# A slow fit (the RBF response kernel on a big cache) waits for its button; until its maps
+# are ready the page keeps showing the linear kernel's (the user's consent is kept per
+# session, so moving the bandwidth or the colour afterwards does not ask again).
+slow_key = (path, version, query_kernel, response_kernel, int(n_components))
+consented = st.session_state.setdefault("space_slow_fits", set())
+pending = None
+offer = st.container()
 try:
-    slow_key = (path, version, query_kernel, response_kernel, int(n_components))
-    if response_kernel == "rbf" and not shared.slow_fit_done(slow_key):
+    if response_kernel == "rbf" and slow_key not in consented:
         cost = shared.rbf_estimate(path, version, query_kernel)
         if cost["seconds"] > shared.SLOW_FIT_SECONDS:
-            duration = views.duration_text(cost["seconds"])
-            offer = st.empty()  # the warning and button go once the fit is done
-            with offer.container():
-                st.warning(
-                    f"The RBF response kernel compares every pair of the "
-                    f"{cost['responses']:,} responses ({cost['responses'] ** 2:.2g} pairs), "
-                    f"{cost['passes']} times (each bandwidth of the cross-validation, and "
-                    f"DKPS): {duration} on this machine now (estimated from a timed sample). "
-                    "The linear kernel takes a fast factorised path."
-                )
-                clicked = st.button(f"Fit with the RBF response kernel ({duration})", key="fit_rbf")
-            if not clicked:
-                st.stop()
-            fit_started = time.perf_counter()
-            left, right = shared.run_with_progress(
-                fit_both, cost["seconds"], "Fitting the RBF response kernel…", slow_key
-            )
-            offer.caption(
-                f"Fitted with the RBF response kernel in "
-                f"{views.duration_text(time.perf_counter() - fit_started)} "
-                f"(estimated {duration})."
-            )
-        else:
-            left, right = fit_both()
+            pending = cost
+    if pending is None:
+        left, right = fit_both(settings)
     else:
-        left, right = fit_both()
+        duration = views.duration_text(pending["seconds"])
+        with offer:
+            st.warning(
+                f"The RBF response kernel compares every pair of the "
+                f"{pending['responses']:,} responses ({pending['responses'] ** 2:.2g} pairs), "
+                + (
+                    "in one pass for every bandwidth (the cache fills its models × queries grid)"
+                    if pending.get("paired")
+                    else f"{pending['passes']} times (each bandwidth of the cross-validation, "
+                    "and DKPS)"
+                )
+                + f": {duration} on this machine now (estimated from a timed sample). "
+                "The maps below are the linear kernel's until the RBF fit is done."
+            )
+            clicked = st.button(
+                f"Fit with the RBF response kernel ({duration})", key="space_fit_rbf"
+            )
+        left, right = fit_both((query_kernel, "linear", *settings[2:]))
 except (RecordsError, ValueError) as exc:
     shared.alert("error", "The perspective space cannot be fitted on this store.", str(exc))
     st.stop()
+# the maps drawn: the chosen settings, or the linear kernel's while an RBF fit waits
+shown_settings = settings if pending is None else (query_kernel, "linear", *settings[2:])
+dkps_settings = ("delta", shown_settings[1], "cv", int(n_components))
+took = st.session_state.get("space_slow_fit_took")
+if pending is None and took and took[0] == slow_key:
+    offer.caption(
+        f"Fitted with the RBF response kernel in {views.duration_text(took[1])} "
+        f"(estimated {views.duration_text(took[2])})."
+    )
 if cross_validate or query_kernel == "delta":
     # disabled, showing the bandwidth in use: CV's choice, or 0 for the delta kernel
     # a keyed widget ignores value= after its first run: the state carries what was used
-    st.session_state["bandwidth_shown"] = views.chosen_multiple(left, BANDWIDTH_OPTIONS)
+    st.session_state["space_bandwidth_shown"] = views.chosen_multiple(left, BANDWIDTH_OPTIONS)
     slider_slot.select_slider(
         BANDWIDTH_LABEL,
         options=BANDWIDTH_OPTIONS,
@@ -141,13 +156,13 @@ if cross_validate or query_kernel == "delta":
         help="Chosen by cross-validation (the curve below)"
         if query_kernel == "rbf"
         else "The delta kernel is the bandwidth's 0 limit",
-        key="bandwidth_shown",
+        key="space_bandwidth_shown",
     )
 
 xy_left = xy_right = None
 if view == "UMAP":
     try:
-        xy_left = shared.umap_view(path, version, *settings)
+        xy_left = shared.umap_view(path, version, *shown_settings)
         xy_right = shared.umap_view(path, version, *dkps_settings)
     except ImportError:
         st.info(
@@ -165,11 +180,11 @@ def chart_selection(key: str):
 # figure resets its selection), so the selection is kept, editable, and ringed in both maps.
 new_from_chart = views.selected_models(chart_selection(CHART_KEY))
 if new_from_chart:
-    st.session_state["picked_models"] = views.merge_selection(
-        st.session_state.get("picked_models", []), new_from_chart, left.models
+    st.session_state["space_picked_models"] = views.merge_selection(
+        st.session_state.get("space_picked_models", []), new_from_chart, left.models
     )
 found = comparison.search_models(left.models, search)
-highlight = list(dict.fromkeys([*found, *st.session_state.get("picked_models", [])]))
+highlight = list(dict.fromkeys([*found, *st.session_state.get("space_picked_models", [])]))
 highlight = highlight[:MAX_SELECTED]
 
 left_title = "PKPS" if query_kernel == "rbf" else "Delta query kernel (same as DKPS)"
@@ -218,6 +233,17 @@ st.download_button(
     help="The 2-D view shown (DKPS aligned), with each model's overall score, family and "
     "responses.",
 )
+if pending is not None and clicked:
+    # the linear maps stay on screen while the RBF fit runs; the rerun draws its maps
+    with offer:
+        fit_started = time.perf_counter()
+        shared.run_with_progress(
+            lambda: fit_both(settings), pending["seconds"], "Fitting the RBF response kernel…"
+        )
+    consented.add(slow_key)
+    elapsed = time.perf_counter() - fit_started
+    st.session_state["space_slow_fit_took"] = (slow_key, elapsed, pending["seconds"])
+    st.rerun()
 
 if query_kernel == "rbf":
     st.caption(
@@ -229,49 +255,13 @@ if query_kernel == "rbf":
 st.caption(f"Response kernel: {RESPONSE_KERNEL_NOTE}")
 if query_kernel == "rbf" and cross_validate:
     with st.expander("Cross-validation error by bandwidth", expanded=False):
-        # the delta limit (multiple 0) has no place on a log axis: it is the dashed line
-        curve = left.cv_curve().query("multiple_of_median > 0")
-        figure = go.Figure(
-            go.Scatter(
-                x=curve["multiple_of_median"],
-                y=curve["cv_error"],
-                mode="lines+markers",
-                name="PKPS",
-                hovertemplate="%{x:.3f} × median: error %{y:.3f}<extra></extra>",
-            )
+        note = left.delta_limit_note()
+        figure = cv_curve_figure(
+            left.cv_curve(),
+            views.delta_limit_error(right, cells),
+            ("; chosen by CV" if left.query_bandwidth == 0 else "") + (f"; {note}" if note else ""),
         )
-        delta_error = views.delta_limit_error(right, cells)
-        if np.isfinite(delta_error):
-            figure.add_hline(
-                y=delta_error,
-                line_dash="dash",
-                line_color="#7f7f7f",
-                annotation_text=f"δ limit (bandwidth → 0, = DKPS): {delta_error:.3f}"
-                + ("; chosen by CV" if left.query_bandwidth == 0 else "")
-                + (f"; {note}" if (note := left.delta_limit_note()) else ""),
-                annotation_position="top left",
-            )
-        chosen = curve[curve["chosen"]]
-        figure.add_trace(
-            go.Scatter(
-                x=chosen["multiple_of_median"],
-                y=chosen["cv_error"],
-                mode="markers",
-                marker={"size": 14, "symbol": "star"},
-                name="chosen",
-                hoverinfo="skip",
-            )
-        )
-        figure.update_xaxes(
-            type="log",
-            title="bandwidth (× median query distance, log scale)",
-            tickvals=list(curve["multiple_of_median"]),
-            ticktext=[f"{m:g}" for m in curve["multiple_of_median"]],
-            minor={"showgrid": False, "ticks": ""},
-        )
-        figure.update_yaxes(title="leave-one-model-out KNN MAE (score units)")
-        figure.update_layout(height=300, showlegend=False, margin={"t": 20})
-        st.plotly_chart(figure, width="stretch", key="cv_curve")
+        st.plotly_chart(figure, width="stretch", key="space_cv_curve")
         shared.table(
             left.cv_curve()[["multiple_of_median", "bandwidth", "cv_error", "chosen"]],
             hide_index=True,
@@ -284,7 +274,7 @@ from_chart = views.selected_models(event.selection)
 picked = st.multiselect(
     "Select points with a click, the box or the lasso above, or pick models here",
     list(left.models),
-    key="picked_models",
+    key="space_picked_models",
 )
 selected = list(dict.fromkeys([*from_chart, *picked, *found]))
 if not selected:
@@ -306,7 +296,7 @@ if pairing_note:
     st.caption("DKPS neighbours: " + pairing_note)
 
 st.subheader("Responses to similar queries")
-focus = st.selectbox("Model", selected, key="focus_model")
+focus = st.selectbox("Model", selected, key="space_focus_model")
 records = shared.load_records(path, version)
 nearest = pkps_neighbours[pkps_neighbours["model"] == focus]["neighbour"].head(3).tolist()
 examples = views.similar_query_responses(records, focus, nearest, n=2)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from alerts import detail, headline
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
@@ -107,7 +108,7 @@ def _import_button(at: AppTest):
 
 def _upload_and_import(at: AppTest, *files: tuple[str, bytes, str]) -> AppTest:
     at.switch_page(shared.DATA_PAGE).run()
-    at.file_uploader(key="upload").set_value(list(files)).run()
+    at.file_uploader(key="data_upload").set_value(list(files)).run()
     _import_button(at).click().run()
     return at
 
@@ -136,9 +137,9 @@ def test_every_page_renders_on_the_demo_store(demo_store):
     assert not _errors(at)
     assert [h.value for h in at.header] == ["Upload", "Store overview", "Coverage", "Pairedness"]
     charts = _charts(at)
-    assert set(charts) == {"coverage_chart", "pairedness_chart"}
+    assert set(charts) == {"data_coverage_chart", "data_pairedness_chart"}
     # The demo covers 70 % of cells: the coverage heatmap draws the missing ones.
-    values, missing = _figure(at, "coverage_chart")["data"]
+    values, missing = _figure(at, "data_coverage_chart")["data"]
     assert "missing" in missing["hovertemplate"]
     n_missing = int(np.isfinite(_array(missing["z"]).astype(float)).sum())
     n_cells = DEMO_SETTINGS["n_models"] * DEMO_SETTINGS["n_tasks"]
@@ -148,7 +149,7 @@ def test_every_page_renders_on_the_demo_store(demo_store):
     at.switch_page(shared.SPACE_PAGE).run()
     assert not _errors(at)
     assert _panel_titles(at) == ["PKPS", DKPS_TITLE]
-    assert {"space_maps", "cv_curve"} == set(_charts(at))
+    assert {"space_maps", "space_cv_curve"} == set(_charts(at))
 
     at.switch_page(shared.PREDICTIONS_PAGE).run()
     assert not _errors(at)
@@ -175,14 +176,14 @@ def test_a_large_store_is_aggregated_by_family_or_paged(tmp_path, monkeypatch):
     at = _app()
     at.switch_page(shared.DATA_PAGE).run()
     assert not _errors(at)
-    assert at.radio(key="coverage_rows").value.startswith("families")
-    families = _figure(at, "coverage_chart")["data"][0]["y"]
+    assert at.radio(key="data_coverage_rows").value.startswith("families")
+    families = _figure(at, "data_coverage_chart")["data"][0]["y"]
     assert families == sorted(cache.records["family"].unique())
-    at.radio(key="coverage_rows").set_value("models").run()
-    at.number_input(key="coverage_page").set_value(2).run()
+    at.radio(key="data_coverage_rows").set_value("models").run()
+    at.number_input(key="data_coverage_page").set_value(2).run()
     assert not _errors(at)
     # 90 models at 80 a page: page 2 shows the last 10 (family order = name order here).
-    page_two = _figure(at, "coverage_chart")["data"][0]["y"]
+    page_two = _figure(at, "data_coverage_chart")["data"][0]["y"]
     assert page_two == sorted(cache.records["model"].unique())[-10:]
 
 
@@ -194,8 +195,8 @@ def test_uploading_a_small_csv_adds_its_models(empty_store):
     at = _upload_and_import(_app().run(), ("small.csv", _csv(cache), "text/csv"))
     assert not _errors(at)
     assert not at.error, [e.value for e in at.error]
-    assert at.success[0].value == "Imported."
-    assert any(f"{len(cache)} added" in t.value for t in at.text)
+    assert headline(at.success[0]) == "Imported."
+    assert f"{len(cache)} added" in detail(at.success[0])
     with Store(empty_store) as store:
         stored = set(store.coverage()["model"])
     assert stored == set(cache["model"])
@@ -216,7 +217,7 @@ def test_a_bad_csv_shows_the_rows_and_stores_nothing(demo_store):
     assert not _errors(at)
     assert len(at.error) == 1
     assert "nothing was stored" in at.error[0].value
-    message = at.main.text[-1].value
+    message = detail(at.error[0])
     assert "bad.csv" in message and "duplicate" in message and "rows 2, 5" in message
     assert _store_state(demo_store) == before
 
@@ -233,7 +234,7 @@ def test_one_bad_file_among_several_stores_none_of_them(empty_store):
         ("bad.csv", _csv(bad), "text/csv"),
     )
     assert "nothing was stored" in at.error[0].value
-    assert "bad.csv" in at.main.text[-1].value and "not numeric" in at.main.text[-1].value
+    assert "bad.csv" in detail(at.error[0]) and "not numeric" in detail(at.error[0])
     assert _store_state(empty_store)[2] == 0
 
 
@@ -244,7 +245,7 @@ def test_alpaca_eval_upload_shows_pkps_and_dkps(empty_store):
     )
     assert not _errors(at)
     assert not at.error, [e.value for e in at.error]
-    assert any("32194 added" in t.value for t in at.text)
+    assert "32194 added" in detail(at.success[0])
     assert {m.label: m.value for m in at.metric}["Models"] == "40"
     models = pd.read_parquet(ALPACA, columns=["model"])["model"].unique()
 
@@ -294,8 +295,8 @@ def test_switching_kernels_and_bandwidth_rerenders(demo_store):
     cv_caption = _bandwidth_caption(at)
     cv_specs = _scatter_specs(at)
 
-    at.toggle(key="cv").set_value(False).run()
-    at.select_slider(key="bandwidth").set_value(3.0).run()
+    at.toggle(key="space_cv").set_value(False).run()
+    at.select_slider(key="space_bandwidth").set_value(3.0).run()
     assert not _errors(at)
     assert "(3 × the median" in _bandwidth_caption(at)
     assert _bandwidth_caption(at) != cv_caption
@@ -304,10 +305,10 @@ def test_switching_kernels_and_bandwidth_rerenders(demo_store):
     # DKPS does not depend on it, but it is drawn aligned to PKPS: it follows the left map
     assert wide_specs[1] != cv_specs[1]
 
-    at.selectbox(key="response_kernel").set_value("rbf").run()
+    at.selectbox(key="space_response_kernel").set_value("rbf").run()
     assert not _errors(at)
 
-    at.radio(key="query_kernel").set_value("delta").run()
+    at.radio(key="space_query_kernel").set_value("delta").run()
     assert not _errors(at)
     assert _panel_titles(at)[0] == "Delta query kernel (same as DKPS)"
     left, right = _scatter_specs(at)
@@ -328,7 +329,7 @@ def test_cross_validation_curve_is_shown(demo_store):
 def test_picking_models_lists_neighbours_and_responses(demo_store):
     at = _app()
     at.switch_page(shared.SPACE_PAGE).run()
-    picker = at.multiselect(key="picked_models")
+    picker = at.multiselect(key="space_picked_models")
     model = picker.options[0]
     picker.set_value([model]).run()
     assert not _errors(at)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from alerts import detail, details
 from streamlit.testing.v1 import AppTest
 
 import app_shared as shared
@@ -56,12 +57,13 @@ def _switch(at: AppTest, target: str, create: bool = False) -> AppTest:
 
 
 def _texts(at: AppTest) -> str:
-    return "\n".join(t.value for t in at.text)
+    """What the page says in plain text, alerts' details included."""
+    return "\n".join([*(t.value for t in at.text), *details(at)])
 
 
 def _upload(at: AppTest, *files: tuple[str, bytes]) -> AppTest:
     at.switch_page(shared.DATA_PAGE).run()
-    at.file_uploader(key="upload").set_value(
+    at.file_uploader(key="data_upload").set_value(
         [(name, data, "application/octet-stream") for name, data in files]
     ).run()
     next(b for b in at.button if b.label == "Import").click().run()
@@ -118,7 +120,7 @@ def test_every_bad_file_is_named_and_nothing_is_stored(demo_store):
     assert not at.exception
     assert len(at.error) == 1 and "nothing was stored" in at.error[0].value
     assert "2 problems" in at.error[0].value
-    lines = at.main.text[-1].value.splitlines()
+    lines = detail(at.error[0]).splitlines()
     assert [line.split(":")[0] for line in lines] == ["first.csv", "second.csv"]
     assert Store(demo_store).content_hash() == before
 
@@ -139,7 +141,7 @@ def test_a_broken_file_gives_one_line_without_server_paths(demo_store, name, dat
     at = _upload(_app().run(), (name, data))
     assert not at.exception, [e.message for e in at.exception]
     assert len(at.error) == 1 and "nothing was stored" in at.error[0].value
-    message = at.main.text[-1].value
+    message = detail(at.error[0])
     assert message.startswith(f"{name}: ") and expected in message
     assert not message.startswith(f"{name}: {name}: ")
     assert "\n" not in message and "pkps-upload-" not in message and "Traceback" not in message
@@ -150,7 +152,7 @@ def test_a_target_that_is_not_a_duckdb_file_is_one_line(demo_store, tmp_path):
     impostor.write_text("these are my notes, not a database\n")
     at = _app().run()
     at.switch_page(shared.DATA_PAGE).run()
-    at.file_uploader(key="upload").set_value([("good.csv", GOOD_CSV, "text/csv")]).run()
+    at.file_uploader(key="data_upload").set_value([("good.csv", GOOD_CSV, "text/csv")]).run()
     at.radio[0].set_value("a new store").run()
     next(t for t in at.main.text_input if t.label.startswith("New store file")).set_value(
         str(impostor)
@@ -158,5 +160,5 @@ def test_a_target_that_is_not_a_duckdb_file_is_one_line(demo_store, tmp_path):
     next(b for b in at.button if b.label == "Import").click().run()
     assert not at.exception, [e.message for e in at.exception]
     assert len(at.error) == 1 and "nothing was stored" in at.error[0].value
-    assert str(impostor) in at.main.text[-1].value
+    assert str(impostor) in detail(at.error[0])
     assert impostor.read_text().startswith("these are my notes")

@@ -73,8 +73,8 @@ def test_the_rules_catch_what_they_are_for():
 def test_data_page_heatmaps(app):
     at = app(shared.DATA_PAGE)
     figures = _figures(at)
-    at.radio(key="coverage_rows").set_value("families (share of models covered)").run()
-    at.radio(key="pair_rows").set_value("families (mean ρ)").run()
+    at.radio(key="data_coverage_rows").set_value("families (share of models covered)").run()
+    at.radio(key="data_pair_rows").set_value("families (mean ρ)").run()
     figures |= {f"{k} (families)": v for k, v in _figures(at).items()}
     assert len(figures) == 4
     _assert_readable(figures)
@@ -83,10 +83,10 @@ def test_data_page_heatmaps(app):
 def test_space_page_scatters_and_cv_curve(app):
     at = app(shared.SPACE_PAGE)
     figures = _figures(at)
-    at.selectbox(key="colour_by").set_value("family").run()
+    at.selectbox(key="space_colour_by").set_value("family").run()
     at.radio(key="space_mode").set_value("overlay (DKPS → PKPS)").run()
     figures |= {f"{k} (family, overlay)": v for k, v in _figures(at).items()}
-    assert {"space_maps", "cv_curve", "space_maps (family, overlay)"} <= set(figures)
+    assert {"space_maps", "space_cv_curve", "space_maps (family, overlay)"} <= set(figures)
     _assert_readable(figures)
 
 
@@ -95,21 +95,21 @@ def test_predictions_page_faceted_plot_and_bars(app):
     at.selectbox(key="pred_highlight").set_value(at.selectbox(key="pred_highlight").options[1])
     at.run()
     figures = _figures(at)
-    assert {"predicted_vs_true", "per_task_bars"} <= set(figures)
+    assert {"pred_scatter", "pred_task_bars"} <= set(figures)
     _assert_readable(figures)
 
 
 def test_experiments_page_charts(app):
     at = app(shared.EXPERIMENTS_PAGE)
-    at.number_input(key="seeds").set_value(1)
-    at.multiselect(key="query-efficiency-budget").set_value([1, 4])
+    at.number_input(key="exp_seeds").set_value(1)
+    at.multiselect(key="exp_query-efficiency_budget").set_value([1, 4])
     next(b for b in at.button if b.label.startswith("Run")).click().run()
     figures = _figures(at)
-    at.multiselect(key="query-efficiency-budget").set_value([2])
+    at.multiselect(key="exp_query-efficiency_budget").set_value([2])
     next(b for b in at.button if b.label.startswith("Run")).click().run()
     assert not at.exception, [e.message for e in at.exception]
     figures |= {f"{k} (one budget)": v for k, v in _figures(at).items()}
-    assert {"mae-chart", "gain-chart", "mae-chart (one budget)"} <= set(figures)
+    assert {"exp_mae_chart", "exp_gain_chart", "exp_mae_chart (one budget)"} <= set(figures)
     _assert_readable(figures)
 
 

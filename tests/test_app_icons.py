@@ -9,7 +9,11 @@ ICON = re.compile(r"""icon\s*=\s*(["'])(.*?)\1""")
 
 
 def test_every_icon_in_the_app_is_a_material_symbol():
-    sources = [ROOT / "app.py", ROOT / "app_shared.py", *sorted((ROOT / "app_pages").glob("*.py"))]
+    sources = [
+        ROOT / "app.py",
+        *sorted((ROOT / "app_shared").glob("*.py")),
+        *sorted((ROOT / "app_pages").glob("*.py")),
+    ]
     icons = [
         (path.name, match.group(2))
         for path in sources

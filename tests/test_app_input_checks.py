@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from alerts import details, headline
 from new_model_uploads import UPLOADED
 from streamlit.testing.v1 import AppTest
 
@@ -34,7 +35,8 @@ def scored_upload(store: Path) -> pd.DataFrame:
 
 
 def errors(at: AppTest) -> str:
-    return " ".join(e.value for e in at.error) + " " + " ".join(t.value for t in at.text)
+    texts = [*(headline(e) for e in at.error), *details(at), *(t.value for t in at.text)]
+    return " ".join(texts)
 
 
 def test_new_model_refuses_percent_scores_and_unknown_tasks_then_maps_them(demo_store):
@@ -63,7 +65,7 @@ def test_new_model_refuses_percent_scores_and_unknown_tasks_then_maps_them(demo_
     mapping.set_value(tasks[0]).run()
     assert not at.exception, [e.message for e in at.exception]
     assert at.metric
-    notes = " ".join(t.value for t in at.text)
+    notes = " ".join([*(t.value for t in at.text), *details(at)])
     assert "left out" in notes and all(f"'{t}_v2'" in notes for t in tasks[1:])
     per_task = at.dataframe[0].value.set_index("task")["n_responses"]
     assert per_task[tasks[0]] == (upload["task"] == tasks[0]).sum()
@@ -75,7 +77,7 @@ def test_data_page_refuses_percent_scores_unless_ticked(demo_store, tmp_path):
     percent = upload.assign(score=upload["score"] * 100).to_csv(index=False).encode()
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page("app_pages/data.py").run()
-    at.file_uploader(key="upload").set_value(("p.csv", percent, "text/csv")).run()
+    at.file_uploader(key="data_upload").set_value(("p.csv", percent, "text/csv")).run()
     at.radio[0].set_value("the active store").run()
     next(b for b in at.button if b.label == "Import").click().run()
     assert not at.exception, [e.message for e in at.exception]

@@ -71,7 +71,7 @@ def test_the_page_is_tabs_with_the_summary_first_and_eager_downloads(
     coordinates = pd.read_csv(io.BytesIO(recorded_downloads["coordinates.csv"]))
     assert set(coordinates["space"]) == {"pkps", "dkps"}
     assert not coordinates["model"].str.contains("shadow").any()
-    figure = next(c for c in at.get("plotly_chart") if c.key == "predicted_vs_true")
+    figure = next(c for c in at.get("plotly_chart") if c.key == "pred_scatter")
     assert '"error_y"' not in figure.proto.spec  # no bar on every cell
 
 
@@ -86,11 +86,11 @@ def test_missing_predictions_say_why_and_next_follows_the_target(demo_store):
     notes = at.dataframe[1].value
     assert set(notes["method"]) == unexplained
     assert (notes["note"].str.len() > 0).all()
-    assert at.selectbox(key="next_model").value == models[5]
+    assert at.selectbox(key="pred_next_model").value == models[5]
 
     # a second Predict right after the first keeps its edits (keyed form widgets)
     _predict(at, ["sample", "pkps"], [models[9], models[2]])
     assert list(at.dataframe[0].value.index) == ["sample", "pkps"]
-    assert at.selectbox(key="next_model").value == models[9]
-    at.selectbox(key="next_model").set_value(models[2]).run()
-    assert at.selectbox(key="next_model").value == models[2]  # the user's pick stays
+    assert at.selectbox(key="pred_next_model").value == models[9]
+    at.selectbox(key="pred_next_model").set_value(models[2]).run()
+    assert at.selectbox(key="pred_next_model").value == models[2]  # the user's pick stays

@@ -19,6 +19,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import app_shared as shared
+from app_shared import background
 from pkps_core import views
 from pkps_core.demo import ensure_demo_store
 from pkps_core.views import comparison
@@ -74,7 +75,7 @@ def test_the_sentence_above_the_maps_says_dkps_has_no_shared_queries(demo_store)
 def test_the_disabled_slider_shows_the_cross_validated_bandwidth(demo_store):
     at = _space(demo_store)
     chosen = at.dataframe[0].value.query("chosen")["multiple_of_median"].iloc[0]
-    shown = at.select_slider(key="bandwidth_shown")
+    shown = at.select_slider(key="space_bandwidth_shown")
     assert shown.disabled
     assert shown.value == pytest.approx(chosen)
     assert any(f"({chosen:.3g} × the median" in c.value for c in at.caption)
@@ -82,7 +83,7 @@ def test_the_disabled_slider_shows_the_cross_validated_bandwidth(demo_store):
 
 def test_both_maps_share_axes_and_one_colour_bar(demo_store):
     at = _space(demo_store)
-    assert at.selectbox(key="colour_by").value == "overall score"
+    assert at.selectbox(key="space_colour_by").value == "overall score"
     figure = _figure(at, "space_maps")
     layout = figure["layout"]
     assert len(_panels(figure)) == 2 and all(len(p) == 45 for p in _panels(figure).values())
@@ -98,13 +99,15 @@ def test_both_maps_share_axes_and_one_colour_bar(demo_store):
 
 def test_colour_by_a_task_family_and_the_overlay(demo_store):
     at = _space(demo_store)
-    task_option = next(o for o in at.selectbox(key="colour_by").options if o.startswith("score in"))
-    at.selectbox(key="colour_by").set_value(task_option).run()
+    task_option = next(
+        o for o in at.selectbox(key="space_colour_by").options if o.startswith("score in")
+    )
+    at.selectbox(key="space_colour_by").set_value(task_option).run()
     figure = _figure(at, "space_maps")
     assert figure["layout"]["coloraxis"]["colorbar"]["title"]["text"] == task_option
     # the demo covers 70 % of the cells: models without the task are drawn apart, in grey
     assert any(t["name"].startswith("no score in") for t in figure["data"])
-    at.selectbox(key="colour_by").set_value("family").run()
+    at.selectbox(key="space_colour_by").set_value("family").run()
     figure = _figure(at, "space_maps")
     assert not figure["layout"]["coloraxis"]["showscale"]
     at.radio(key="space_mode").set_value("overlay (DKPS → PKPS)").run()
@@ -116,7 +119,7 @@ def test_colour_by_a_task_family_and_the_overlay(demo_store):
 
 def test_the_cv_curve_shows_the_delta_limit_without_minor_ticks(demo_store):
     at = _space(demo_store)
-    layout = _figure(at, "cv_curve")["layout"]
+    layout = _figure(at, "space_cv_curve")["layout"]
     assert any("δ limit" in a["text"] for a in layout.get("annotations", []))
     assert len(layout["shapes"]) == 1
     curve = at.dataframe[0].value.query("multiple_of_median > 0")  # 0 is the dashed line
@@ -125,13 +128,13 @@ def test_the_cv_curve_shows_the_delta_limit_without_minor_ticks(demo_store):
 
 def test_picked_and_searched_models_are_ringed_in_both_maps(demo_store):
     at = _space(demo_store)
-    picked = at.multiselect(key="picked_models").options[:2]
-    at.multiselect(key="picked_models").set_value(picked).run()
+    picked = at.multiselect(key="space_picked_models").options[:2]
+    at.multiselect(key="space_picked_models").set_value(picked).run()
     rings = [t for t in _figure(at, "space_maps")["data"] if t.get("name") == "selected"]
     assert [t.get("xaxis", "x") for t in rings] == ["x", "x2"]
     for ring in rings:
         assert sorted(ring["text"]) == sorted(picked)
-    at.multiselect(key="picked_models").set_value([]).run()
+    at.multiselect(key="space_picked_models").set_value([]).run()
     at.text_input(key="space_search").input(picked[0].upper()).run()
     rings = [t for t in _figure(at, "space_maps")["data"] if t.get("name") == "selected"]
     assert [sorted(r["text"]) for r in rings] == [[picked[0]], [picked[0]]]
@@ -190,11 +193,13 @@ def test_data_page_heatmaps_have_axis_titles_and_formatted_hovers(demo_store):
     at = AppTest.from_file(APP, default_timeout=300)
     at.switch_page(shared.DATA_PAGE).run()
     assert not at.exception
-    coverage = _figure(at, "coverage_chart")
+    coverage = _figure(at, "data_coverage_chart")
     assert coverage["layout"]["xaxis"]["title"]["text"] == "task"
     assert coverage["layout"]["yaxis"]["title"]["text"] == "model"
-    assert "%{z:,.0f}" in coverage["data"][0]["hovertemplate"]
-    pairs = _figure(at, "pairedness_chart")
+    # colour: the share of the task's largest cell; the hover also gives the responses
+    assert "responses %{customdata[2]:,.0f}" in coverage["data"][0]["hovertemplate"]
+    assert "%{z:.3f}" in coverage["data"][0]["hovertemplate"]
+    pairs = _figure(at, "data_pairedness_chart")
     assert pairs["layout"]["yaxis"]["title"]["text"] == "row model"
     assert "%{z:.3f}" in pairs["data"][0]["hovertemplate"]
 
@@ -227,14 +232,14 @@ def test_merge_selection_keeps_order_and_known_models():
 def test_umap_warmup_runs_once_in_the_background(monkeypatch):
     calls = []
     monkeypatch.setenv(shared.UMAP_WARMUP_ENV, "1")
-    monkeypatch.setattr(shared, "_umap_warmup", {})
+    monkeypatch.setattr(background, "_umap_warmup", {})
     monkeypatch.setattr(views, "umap_2d", lambda x: calls.append(threading.current_thread()))
     first = shared.start_umap_warmup()
     assert shared.start_umap_warmup() is first
     first.join(10)
     assert len(calls) == 1 and calls[0] is not threading.main_thread()
     monkeypatch.setenv(shared.UMAP_WARMUP_ENV, "0")
-    monkeypatch.setattr(shared, "_umap_warmup", {})
+    monkeypatch.setattr(background, "_umap_warmup", {})
     assert shared.start_umap_warmup() is None
 
 

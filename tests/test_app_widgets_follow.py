@@ -30,7 +30,7 @@ def test_linear_and_cosine_are_one_kernel_offered_once_with_the_reason(demo_stor
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page(shared.SPACE_PAGE).run()
     assert not at.exception, [e.message for e in at.exception]
-    assert at.selectbox(key="response_kernel").options == ["linear", "rbf"]
+    assert at.selectbox(key="space_response_kernel").options == ["linear", "rbf"]
     assert any(RESPONSE_KERNEL_NOTE in c.value for c in at.caption)
     at.switch_page(shared.PREDICTIONS_PAGE).run()
     assert at.selectbox(key="pred_response_kernel").options == ["linear", "rbf"]
@@ -45,13 +45,13 @@ def test_linear_and_cosine_are_one_kernel_offered_once_with_the_reason(demo_stor
 def test_the_disabled_bandwidth_slider_follows_a_kernel_change(demo_store):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page(shared.SPACE_PAGE).run()
-    chosen = at.select_slider(key="bandwidth_shown").value
+    chosen = at.select_slider(key="space_bandwidth_shown").value
     assert chosen > 0  # cross-validated RBF
-    at.radio(key="query_kernel").set_value("delta").run()
+    at.radio(key="space_query_kernel").set_value("delta").run()
     assert not at.exception, [e.message for e in at.exception]
-    assert at.select_slider(key="bandwidth_shown").value == 0  # the delta limit in use
-    at.radio(key="query_kernel").set_value("rbf").run()
-    assert at.select_slider(key="bandwidth_shown").value == chosen
+    assert at.select_slider(key="space_bandwidth_shown").value == 0  # the delta limit in use
+    at.radio(key="space_query_kernel").set_value("rbf").run()
+    assert at.select_slider(key="space_bandwidth_shown").value == chosen
 
 
 def test_the_interval_highlight_follows_new_targets(demo_store):

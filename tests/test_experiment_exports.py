@@ -107,9 +107,9 @@ def test_the_page_says_how_it_averages_and_why_cells_are_blank(tmp_path, monkeyp
     monkeypatch.setenv("PKPS_STORE", str(path))
     at = AppTest.from_file(PAGE, default_timeout=300)
     at.run()
-    at.multiselect(key="query-efficiency-budget").set_value([2])
-    at.multiselect(key="query-efficiency-methods").set_value(["sample", "irt"])
-    at.number_input(key="seeds").set_value(1)
+    at.multiselect(key="exp_query-efficiency_budget").set_value([2])
+    at.multiselect(key="exp_query-efficiency_methods").set_value(["sample", "irt"])
+    at.number_input(key="exp_seeds").set_value(1)
     at.button[0].click()
     at.run()
     assert not at.exception, [e.message for e in at.exception]

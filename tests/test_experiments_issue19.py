@@ -35,9 +35,9 @@ def small_store(tmp_path, monkeypatch):
 def _run(budgets, methods=("sample", "pkps")) -> AppTest:
     at = AppTest.from_file(PAGE, default_timeout=300)
     at.run()
-    at.multiselect(key="query-efficiency-budget").set_value(list(budgets))
-    at.multiselect(key="query-efficiency-methods").set_value(list(methods))
-    at.number_input(key="seeds").set_value(2)
+    at.multiselect(key="exp_query-efficiency_budget").set_value(list(budgets))
+    at.multiselect(key="exp_query-efficiency_methods").set_value(list(methods))
+    at.number_input(key="exp_seeds").set_value(2)
     at.button[0].click()
     at.run()
     assert not at.exception, [e.message for e in at.exception]
@@ -45,7 +45,9 @@ def _run(budgets, methods=("sample", "pkps")) -> AppTest:
 
 
 def _mae_figure(at: AppTest) -> dict:
-    return json.loads(next(c for c in at.get("plotly_chart") if c.key == "mae-chart").proto.spec)
+    return json.loads(
+        next(c for c in at.get("plotly_chart") if c.key == "exp_mae_chart").proto.spec
+    )
 
 
 def test_a_budget_above_the_data_is_dropped_and_said(small_store):
@@ -67,10 +69,10 @@ def test_one_budget_is_a_bar_per_method_not_a_one_point_line(small_store):
 def test_settings_have_readable_labels_with_help(small_store):
     at = AppTest.from_file(PAGE, default_timeout=300)
     at.run()
-    budget = at.multiselect(key="query-efficiency-budget")
+    budget = at.multiselect(key="exp_query-efficiency_budget")
     assert budget.label == "Queries per cell (budget m)"
     assert "responses each (model, task) cell keeps" in budget.help
-    assert at.multiselect(key="query-efficiency-p_task").label == "Share of cells observed"
+    assert at.multiselect(key="exp_query-efficiency_p_task").label == "Share of cells observed"
 
 
 def test_method_colours_are_fixed_and_distinct(small_store):

@@ -38,14 +38,14 @@ def test_query_efficiency_sweep_shows_chart_tests_and_export(small_store):
     at.run()
     assert not at.exception
     assert not at.get("plotly_chart")  # nothing runs before the user presses Run
-    at.multiselect(key="query-efficiency-budget").set_value([1, 4])
-    at.multiselect(key="query-efficiency-methods").set_value(["sample", "pkps", "ensemble"])
-    at.number_input(key="seeds").set_value(2)
+    at.multiselect(key="exp_query-efficiency_budget").set_value([1, 4])
+    at.multiselect(key="exp_query-efficiency_methods").set_value(["sample", "pkps", "ensemble"])
+    at.number_input(key="exp_seeds").set_value(2)
     at.button[0].click()
     at.run()
     assert not at.exception
     charts = {chart.key for chart in at.get("plotly_chart")}
-    assert {"mae-chart", "gain-chart"} <= charts
+    assert {"exp_mae_chart", "exp_gain_chart"} <= charts
     summary = at.dataframe[0].value
     assert list(summary.index.get_level_values("budget")) == [1, 4]
     assert {"sample", "pkps", "ensemble"} <= set(summary.columns)
@@ -61,13 +61,13 @@ def test_split_protocol_shows_similarity(dense_binary_store):
     at.run()
     at.selectbox[0].set_value("extrapolation")
     at.run()
-    at.multiselect(key="extrapolation-core_set").set_value([10])
-    at.multiselect(key="extrapolation-methods").set_value(["sample", "pkps"])
-    at.number_input(key="seeds").set_value(2)
+    at.multiselect(key="exp_extrapolation_core_set").set_value([10])
+    at.multiselect(key="exp_extrapolation_methods").set_value(["sample", "pkps"])
+    at.number_input(key="exp_seeds").set_value(2)
     at.button[0].click()
     at.run()
     assert not at.exception
-    assert "similarity-chart" in {chart.key for chart in at.get("plotly_chart")}
+    assert "exp_similarity_chart" in {chart.key for chart in at.get("plotly_chart")}
     correlations = at.dataframe[1].value
     assert set(correlations["method"]) == {"sample", "pkps"} and (correlations["n"] > 0).all()
 

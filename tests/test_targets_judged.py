@@ -169,7 +169,7 @@ def test_alpaca_eval_targets_at_budget_4_pkps_beats_sample(alpaca_store, tmp_pat
     assert shown.loc["pkps", "cells_scored"] == 30
     assert shown.loc["pkps", "MAE"] == pytest.approx(table.loc["pkps", "MAE"], abs=1e-9)
     assert shown.loc["sample", "MAE"] == pytest.approx(table.loc["sample", "MAE"], abs=1e-9)
-    chart = next(c for c in at.get("plotly_chart") if c.key == "predicted_vs_true")
+    chart = next(c for c in at.get("plotly_chart") if c.key == "pred_scatter")
     assert '"x"' in chart.proto.spec and "claude-2.1" in chart.proto.spec
 
 

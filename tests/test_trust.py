@@ -252,7 +252,7 @@ def test_predictions_page_shows_error_bars_warnings_and_next_cells(tmp_path, mon
     at.switch_page(shared.PREDICTIONS_PAGE).run()
     assert not at.exception, [e.message for e in at.exception]
     assert "What to evaluate next" in [t.label for t in at.tabs]
-    scatter = next(c for c in at.get("plotly_chart") if c.key == "predicted_vs_true")
+    scatter = next(c for c in at.get("plotly_chart") if c.key == "pred_scatter")
     # one point per cell; the intervals are in the hover (and drawn for one chosen model)
     hovers = [t.get("hovertemplate", "") for t in json.loads(scatter.proto.spec)["data"]]
     assert any("customdata[2]" in h and "customdata[3]" in h for h in hovers), hovers

@@ -23,6 +23,7 @@ from pkps_core.views.data import (
 from pkps_core.views.experiments import (
     LEVER_LABELS,
     METHOD_COLOURS,
+    PAGE_DIGITS,
     all_point_tests,
     blank_cells_table,
     budget_check,
@@ -65,6 +66,7 @@ from pkps_core.views.space import (
 __all__ = [
     "LEVER_LABELS",
     "METHOD_COLOURS",
+    "PAGE_DIGITS",
     "MODEL_ORDERS",
     "SpaceSummary",
     "all_point_tests",

@@ -15,6 +15,10 @@ from pkps_core.protocols import (
 )
 from pkps_core.protocols.reports import COMPARATORS, wilcoxon_tests
 
+# Decimals of the page's "mean ± SEM" tables: three, as the charts' hovers (four made the
+# new-model protocol's nine-method tables wider than the page); the CSV keeps every digit.
+PAGE_DIGITS = 3
+
 
 def new_model_tables(result: ProtocolResult) -> dict[str, tuple[str, pd.DataFrame]]:
     """The new-model report as ``{title: (caption, levers × methods table)}``, in page order.
@@ -29,12 +33,14 @@ def new_model_tables(result: ProtocolResult) -> dict[str, tuple[str, pd.DataFram
             "Each target's overall score is the query-weighted mean of its task scores "
             "(weights: the task's queries in the full cache); MAE over the targets, mean ± "
             "SEM over seeds.",
-            format_summary(result.overall, levers),
+            format_summary(result.overall, levers, PAGE_DIGITS),
         ),
         "Overall score of each target: Spearman rank correlation": (
             "Rank correlation of the targets' predicted and true overall scores (needs three "
             "targets; a constant prediction such as `mean` has none), mean ± SEM over seeds.",
-            format_summary(result.overall, levers, value="spearman", error="spearman_sem"),
+            format_summary(
+                result.overall, levers, PAGE_DIGITS, value="spearman", error="spearman_sem"
+            ),
         ),
         "Intervals on the target cells": (
             "Coverage (share of cells with an interval whose true score lies inside) / mean "
@@ -86,19 +92,21 @@ LEVER_LABELS = {
 }
 
 # One fixed, well-separated colour per method (Okabe–Ito based), the same in every chart.
+# One clearly different hue per method (the new-model protocol's nine defaults drew three
+# similar oranges): Plotly's D3 palette, black for the sample score, grey for the mean.
 METHOD_COLOURS = {
-    "mean": "#999999",
+    "mean": "#7f7f7f",
     "sample": "#000000",
-    "irt": "#E69F00",
-    "lrmc": "#56B4E9",
-    "rs-learn": "#009E73",
-    "aipw": "#8C564B",
-    "dkps": "#0072B2",
-    "pkps": "#D55E00",
-    "ensemble": "#CC79A7",
-    "precision": "#6A3D9A",
-    "length": "#B8860B",
-    "pkps-length": "#F0A070",
+    "irt": "#bcbd22",
+    "lrmc": "#17becf",
+    "rs-learn": "#2ca02c",
+    "aipw": "#8c564b",
+    "dkps": "#1f77b4",
+    "pkps": "#d62728",
+    "ensemble": "#9467bd",
+    "precision": "#393b79",
+    "length": "#ff7f0e",
+    "pkps-length": "#e377c2",
 }
 
 

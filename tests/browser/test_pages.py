@@ -63,7 +63,7 @@ def test_every_page_renders_without_errors(demo_server, new_session):
                 has_text="Predicted vs reference"
             )
             scroll_to_top(session.page, heading)
-            chart = session.page.locator(".st-key-predicted_vs_true .js-plotly-plot")
+            chart = session.page.locator(".st-key-pred_scatter .js-plotly-plot")
             assert chart.bounding_box()["y"] < 300, "the plot is not in the screenshot"
         screenshot(session.page, name)
 
@@ -143,7 +143,9 @@ def test_experiments_sweep_runs_with_a_progress_bar(demo_server, new_session):
     wait_for_app(page)
     session.main.get_by_test_id("stHeading").filter(has_text="MAE per method").wait_for()
     progress = watched(page, "progress")
-    assert any("Seed 1 of 2 done" in text for text in progress), progress
+    # per seed, with the time left from the pace so far (issue 38)
+    assert any("Seed 1 of 2; about" in text and "left" in text for text in progress), progress
+    assert any(text.startswith("Seed 2 of 2") for text in progress), progress
     # the chart is drawn after the heading arrives: wait for it rather than count at once
     page.get_by_test_id("stPlotlyChart").first.wait_for(state="visible", timeout=60_000)
     assert page.get_by_test_id("stPlotlyChart").count() >= 1

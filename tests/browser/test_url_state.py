@@ -55,7 +55,7 @@ def test_reload_keeps_store_and_settings_and_outside_stores_are_refused(
         "delta (= DKPS)"
     ).click()
     wait_for_app(page)
-    assert "store=small-csv.duckdb" in page.url and "query_kernel=delta" in page.url
+    assert "store=small-csv.duckdb" in page.url and "space_query_kernel=delta" in page.url
     session.assert_clean()
 
     # (a reload of a page's deep link makes Streamlit probe /<page>/_stcore/health: a 404

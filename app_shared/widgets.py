@@ -1,0 +1,65 @@
+"""Widgets every page uses: tables with their columns explained and sized, and alerts that
+show user-derived text literally."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import streamlit as st
+
+from pkps_core.views.columns import column_help
+from pkps_core.views.widths import column_widths
+
+
+def column_tooltips(frame) -> dict:
+    """``column_config`` giving each of ``frame``'s columns its meaning as a tooltip."""
+    data = frame.data if isinstance(getattr(frame, "data", None), pd.DataFrame) else frame  # Styler
+    columns = list(getattr(data, "columns", []))
+    index_names = [n for n in getattr(getattr(data, "index", None), "names", []) if n]
+    names = [*columns, *index_names]
+    return {name: st.column_config.Column(help=text) for name, text in column_help(names).items()}
+
+
+def table_config(frame, column_config: dict | None = None, *, hide_index=None) -> dict:
+    """``column_config`` for ``frame``: every column's meaning as its header tooltip
+    (:func:`pkps_core.views.columns.column_help`) and a pixel width that fits its header
+    and its longest cell (:func:`pkps_core.views.widths.column_widths`, capped for long
+    free text); ``column_config`` entries win, and keep a width they give."""
+    config = column_tooltips(frame)
+    for name, given in (column_config or {}).items():
+        if isinstance(given, str):
+            given = st.column_config.Column(given)
+        if isinstance(given, dict) and not given.get("help") and name in config:
+            given = {**given, "help": config[name]["help"]}
+        config[name] = given
+    for name, width in column_widths(frame, config, hide_index=hide_index).items():
+        config[name] = {**(config.get(name) or {}), "width": width}
+    return config
+
+
+def table(frame, *, column_config: dict | None = None, **kwargs):
+    """``st.dataframe`` with :func:`table_config`'s tooltips and widths (no header or
+    cell cut at the column's edge, bar capped long text)."""
+    from pandas.io.formats.style import Styler
+
+    data = frame.data if isinstance(frame, Styler) else frame  # a Styler draws its frame
+    config = table_config(data, column_config, hide_index=kwargs.get("hide_index"))
+    return st.dataframe(frame, column_config=config, **kwargs)
+
+
+def literal_block(text: str) -> str:
+    """``text`` as a Markdown code block, shown literally with its line breaks (no emphasis,
+    link, HTML, emoji or ``:icon:`` reaches the reader); the fence is longer than any run
+    of backticks in ``text``."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def alert(kind: str, headline: str, detail: str | None = None) -> None:
+    """An alert box with fixed wording and, inside the same box, the user-derived detail
+    (file and model names, messages quoting the input) as a literal block
+    (:func:`literal_block`: nothing in it is read as Markdown)."""
+    body = headline if not detail else f"{headline}\n\n{literal_block(detail)}"
+    getattr(st, kind)(body)
