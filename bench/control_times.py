@@ -285,11 +285,10 @@ def markdown(results: dict[str, dict]) -> str:
         "| page | control | " + " | ".join(f"{n} (s)" for n in results) + " |",
         "|---|---|" + "---:|" * len(results),
     ]
-    for row in table.itertuples(index=False):
-        control = f"*{row.control}* (first)" if row.first else row.control
-        values = [getattr(row, "_" + str(3 + i)) for i in range(len(results))]
+    for page, control, first, *values in table.itertuples(index=False, name=None):
+        control = f"*{control}* (first)" if first else control
         cells = ["—" if pd.isna(v) else f"{v:.2f}" for v in values]
-        lines.append(f"| {row.page} | {control} | " + " | ".join(cells) + " |")
+        lines.append(f"| {page} | {control} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
