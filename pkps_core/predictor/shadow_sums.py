@@ -112,15 +112,11 @@ def shadow_pair_sums(
     padded_features = np.where(present[:, :, None], features[padded], 0.0)
     owner = np.repeat(np.arange(len(shadow_models)), present.sum(axis=1))
     all_rows = padded[present]
+    dense_rows = (position[model_idx[selected]], query_idx[selected], features[selected])
+    y_buffer = np.empty(len(dense) * min(rows_per_block, n_queries) * p)
     for start in range(0, n_queries, rows_per_block):
         block = np.arange(start, min(start + rows_per_block, n_queries))
-        y, counts = _per_query_sums(
-            position[model_idx[selected]],
-            query_idx[selected],
-            features[selected],
-            block,
-            len(dense),
-        )
+        y, counts = _per_query_sums(*dense_rows, block, len(dense), y_buffer)
         flat = y.reshape(len(dense), len(block) * p)
         first, last = np.searchsorted(sparse_queries, [block[0], block[-1] + 1])
         thin = sparse_responses[first:last]
@@ -145,6 +141,7 @@ def shadow_pair_sums(
             dense_rows=(dense, flat, counts),
             delta=delta,
             thin_delta=thin_delta,
+            scratch=pool.scratch,
             padded=(padded_columns, padded_features),
             thin=(thin, query_idx[thin] - block[0], model_idx[thin], features),
         )
@@ -170,7 +167,7 @@ def shadow_pair_sums(
 
 
 def _block_at_bandwidth(
-    b, *, kernels_by_bandwidth, sums, block, dense_rows, delta, thin_delta, padded, thin
+    b, *, kernels_by_bandwidth, sums, block, dense_rows, delta, thin_delta, padded, thin, scratch
 ):
     """One block of queries at bandwidth ``b``: adds to row ``b`` of the sums only (the
     bandwidths of a block run on the pool's threads)."""
@@ -192,8 +189,15 @@ def _block_at_bandwidth(
         n_queries = query_kernel.shape[0]
         kernel_rows = np.zeros((n_queries + 1, len(block)))
         kernel_rows[:n_queries] = query_kernel[:, block]
-        columns = kernel_rows[padded_columns]
-        w = np.matmul(columns.transpose(0, 2, 1), padded_features)  # (shadows, block, p)
+        # the two large temporaries in the thread's own buffer (fresh ones of this size
+        # cost their page faults on every block and bandwidth)
+        n_shadows, longest = padded_columns.shape
+        sizes = (n_shadows * longest * len(block), n_shadows * len(block) * features.shape[1])
+        buffer = scratch(sum(sizes))
+        columns = buffer[: sizes[0]].reshape(n_shadows, longest, len(block))
+        np.take(kernel_rows, padded_columns, axis=0, out=columns)
+        w = buffer[sizes[0] :].reshape(n_shadows, len(block), features.shape[1])
+        np.matmul(columns.transpose(0, 2, 1), padded_features, out=w)  # (shadows, block, p)
         mass = columns.sum(axis=1)
         if len(dense):
             numerators[b, dense] += flat @ w.reshape(w.shape[0], -1).T
@@ -284,12 +288,15 @@ def _delta_block(y, counts, block, queries, vectors, owner, n_shadows):
     return numerator, denominator
 
 
-def _per_query_sums(model_idx, query_idx, features, block, n_models):
+def _per_query_sums(model_idx, query_idx, features, block, n_models, buffer):
     """``Y_i[q]`` and ``c_i[q]`` for the queries in ``block`` (contiguous); a model answers
     a query at most once (:class:`~pkps_core.space.kernels.ResponseLayout`), so each is
-    one response's vector or zero."""
+    one response's vector or zero. ``Y`` is written into ``buffer`` (one per call of
+    :func:`shadow_pair_sums`, reused block after block)."""
     inside = (query_idx >= block[0]) & (query_idx <= block[-1])
-    y = np.zeros((n_models, len(block), features.shape[1]))
+    y = buffer[: n_models * len(block) * features.shape[1]]
+    y = y.reshape(n_models, len(block), features.shape[1])
+    y.fill(0.0)
     counts = np.zeros((n_models, len(block)))
     local = query_idx[inside] - block[0]
     y[model_idx[inside], local] = features[inside]
