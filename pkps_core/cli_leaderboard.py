@@ -3,7 +3,9 @@
 Fills the cells not observed (:func:`pkps_core.leaderboard.fill_method`): on a thin store
 of graded scores with the additive logit model, else with the store's fitted reference
 predictor (fitting and keeping it first when there is none or it is stale, with progress
-on stderr; every model with a cell not observed placed), and writes one row per model:
+on stderr; every model with a cell not observed placed) — or reads the table kept in the
+store when the store has not changed since it was built (by ``fit`` or an earlier run) —
+and writes one row per model:
 ``overall``, ``lower``, ``upper``, ``rank``, ``rank_lower``, ``rank_upper``,
 ``observed_fraction`` and per task its value, kind and interval
 (:meth:`pkps_core.leaderboard.Leaderboard.wide`) as CSV or Parquet, or a self-contained
@@ -34,7 +36,7 @@ def output_kind(path: str) -> str:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from pkps_core.leaderboard import build_leaderboard, cell_kinds, fill_method
+    from pkps_core.leaderboard import cell_kinds, fill_method, stored_leaderboard
     from pkps_core.leaderboard_html import leaderboard_html
     from pkps_core.predictor import StaleFit, stored_predictor
     from pkps_core.records import RecordsError
@@ -46,26 +48,41 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     kind = output_kind(args.out)
     check_writable(args.out)
     started = time.perf_counter()
+    params = {"holdout": args.holdout, "random_state": args.seed}
     with Store(args.db, on_wait=announce_on_stderr) as store:
-        records = store.records()
-        if not len(records):
-            raise RecordsError(f"the store {args.db} holds no responses; `ingest` a cache first")
-        kinds = cell_kinds(records)
-        open_cells = bool((kinds["kind"] != "observed").any())
-        predictor = None
-        try:
-            if open_cells and fill_method(kinds, records) == "predictor":
-                predictor = stored_predictor(
-                    store,
-                    fit="if-stale" if args.fit else "never",
-                    records=records,
-                    progress=progress_on_stderr,
-                    holdout=args.holdout,
-                    random_state=args.seed,
+        # the table `fit` kept (or an earlier run of this command) when the store has not
+        # changed since; else built, and kept for the next reader
+        board = stored_leaderboard(store, compute=False, level=args.level, **params)
+        read = board is not None
+        if board is None:
+            records = store.records()
+            if not len(records):
+                raise RecordsError(
+                    f"the store {args.db} holds no responses; `ingest` a cache first"
                 )
-        except StaleFit as exc:
-            raise RecordsError(str(exc)) from None
-    board = build_leaderboard(records, predictor, level=args.level)
+            kinds = cell_kinds(records)
+            open_cells = bool((kinds["kind"] != "observed").any())
+            predictor = None
+            try:
+                if open_cells and fill_method(kinds, records) == "predictor":
+                    predictor = stored_predictor(
+                        store,
+                        fit="if-stale" if args.fit else "never",
+                        records=records,
+                        progress=progress_on_stderr,
+                        **params,
+                    )
+            except StaleFit as exc:
+                raise RecordsError(str(exc)) from None
+            board = stored_leaderboard(
+                store,
+                refresh=True,
+                level=args.level,
+                records=records,
+                predictor=predictor,
+                progress=progress_on_stderr,
+                **params,
+            )
     wide = board.wide()
     if kind == "html":
         write_text(args.out, leaderboard_html(board, title=f"Leaderboard of {Path(args.db).name}"))
@@ -75,7 +92,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.out}: {len(wide)} models × {len(board.tasks)} tasks "
         f"({', '.join(f'{counts.get(k, 0)} {k}' for k in ('observed', 'estimated', 'predicted'))}"
-        f" cells) in {time.perf_counter() - started:.1f} s",
+        f" cells) in {time.perf_counter() - started:.1f} s"
+        f"{'; the table kept in the store, read' if read else ''}",
         file=sys.stderr,
     )
     return 0

@@ -294,8 +294,16 @@ def test_cli_writes_every_column_per_model(tmp_path, capsys):
     assert "'=cmd|x" in set(board["model"])  # a formula-like name made inert
     row = board[board["model"] == "fam0/m0"].iloc[0]
     assert row["task1 kind"] == "predicted" and row["task0 kind"] == "observed"
+    capsys.readouterr()
     for suffix in ("parquet", "html"):
         assert _run(["leaderboard", "--db", str(db), "--out", str(tmp_path / f"b.{suffix}")]) == 0
+        # the first run kept the table: the next ones read it (the store has not changed)
+        assert "the table kept in the store, read" in capsys.readouterr().err
+    again = tmp_path / "again.csv"
+    assert _run(["leaderboard", "--db", str(db), "--out", str(again)]) == 0
+    pd.testing.assert_frame_equal(
+        pd.read_csv(again, keep_default_na=False, na_values=[""]), board
+    )
     assert _run(["leaderboard", "--db", str(db), "--out", str(tmp_path / "b.txt")]) == 2
     assert _run(["leaderboard", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 2
 
