@@ -246,7 +246,8 @@ if coverage_rows == "models":
     shown = page_of(order, "Model", "data_coverage_page")
     figure, complete = coverage_figure(views.coverage_matrix(cells, shown, tasks))
     if complete:
-        st.success(
+        # a caption, not an alert: the import's own success box stays the page's only one
+        st.caption(
             "Complete: every model shown answered as many queries of each task as the "
             "task's largest cell (every cell has the same share, 1)."
         )
