@@ -301,9 +301,7 @@ def test_cli_writes_every_column_per_model(tmp_path, capsys):
         assert "the table kept in the store, read" in capsys.readouterr().err
     again = tmp_path / "again.csv"
     assert _run(["leaderboard", "--db", str(db), "--out", str(again)]) == 0
-    pd.testing.assert_frame_equal(
-        pd.read_csv(again, keep_default_na=False, na_values=[""]), board
-    )
+    pd.testing.assert_frame_equal(pd.read_csv(again, keep_default_na=False, na_values=[""]), board)
     assert _run(["leaderboard", "--db", str(db), "--out", str(tmp_path / "b.txt")]) == 2
     assert _run(["leaderboard", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 2
 

@@ -312,10 +312,10 @@ def test_experiments_page_runs_new_model(tmp_path, monkeypatch):
     at.selectbox[0].set_value("new-model")
     at.run()
     assert not at.exception
-    at.multiselect(key="new-model-budget").set_value([1, 2])
-    at.multiselect(key="new-model-methods").set_value(["mean", "sample", "pkps"])
-    at.slider(key="new-model-target_share").set_value(0.2)
-    at.number_input(key="seeds").set_value(1)
+    at.multiselect(key="exp_new-model_budget").set_value([1, 2])
+    at.multiselect(key="exp_new-model_methods").set_value(["mean", "sample", "pkps"])
+    at.slider(key="exp_new-model_target_share").set_value(0.2)
+    at.number_input(key="exp_seeds").set_value(1)
     at.button[0].click()
     at.run()
     assert not at.exception

@@ -4,6 +4,7 @@ points out of it is refused in one line and nothing is created at either end."""
 from pathlib import Path
 
 import pytest
+from alerts import details
 from streamlit.testing.v1 import AppTest
 
 import app_shared as shared
@@ -65,7 +66,7 @@ def test_the_sidebar_refuses_a_link_out_and_creates_nothing(folders, monkeypatch
     at.sidebar.checkbox(key="switch_create").set_value(True)
     next(b for b in at.sidebar.button if b.label == "Open").click().run()
     assert not at.exception
-    refusals = [t.value for t in at.text if "outside the store folder" in t.value]
+    refusals = [d for d in details(at) if "outside the store folder" in d]
     assert len(refusals) == 1 and "\n" not in refusals[0]
     assert at.session_state["store_path"] == str(demo)
     assert not (outside / "evil.duckdb").exists()
