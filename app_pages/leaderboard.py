@@ -1,13 +1,11 @@
 """Leaderboard: every model × task of the store, observed or predicted, with intervals and ranks."""
 
-import html
-
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 import app_shared as shared
 from pkps_core.leaderboard import (
+    KIND_MARK,
     KIND_WORDS,
     KINDS,
     LEVEL,
@@ -17,10 +15,10 @@ from pkps_core.leaderboard import (
 from pkps_core.leaderboard_html import leaderboard_html
 from pkps_core.outputs import table_bytes
 from pkps_core.predictor import StaleFit
+from pkps_core.views.leaderboard_figures import cell_map_figure, rank_figure
 
 NEW_MODEL_PAGE = "app_pages/new_model.py"
 HOLDOUT = "family"  # the New model page's default: the fitted predictor it reads
-KIND_MARK = {"observed": "", "estimated": " ~", "predicted": " ?"}
 
 
 @st.cache_data(max_entries=8, show_spinner="Reading the leaderboard…")
@@ -73,73 +71,6 @@ def offer_fit(path: str, version: int, state: str) -> None:
         shared.fit_predictor(path, version, HOLDOUT, progress)
         st.rerun()
     st.stop()
-
-
-def rank_plot(models, highlight: str | None) -> go.Figure:
-    order = models.sort_values("overall")
-    names = [html.escape(str(m)) for m in order["model"]]
-    colour = ["#d62728" if m == highlight else "#1f77b4" for m in order["model"]]
-    figure = go.Figure(
-        go.Scatter(
-            x=order["overall"],
-            y=names,
-            mode="markers",
-            marker={"color": colour, "size": 8},
-            error_x={
-                "type": "data",
-                "symmetric": False,
-                "array": order["upper"] - order["overall"],
-                "arrayminus": order["overall"] - order["lower"],
-                "thickness": 2,
-            },
-            customdata=order[["rank", "rank_lower", "rank_upper", "observed_fraction"]],
-            hovertemplate="%{y}<br>overall %{x:.3f}<br>rank %{customdata[0]} "
-            "(%{customdata[1]}–%{customdata[2]})<br>observed %{customdata[3]:.0%}<extra></extra>",
-        )
-    )
-    figure.update_layout(
-        height=max(300, 18 * len(order) + 80),
-        xaxis_title=f"overall score ({LEVEL:.0%} interval)",
-        margin={"l": 10, "r": 10, "t": 10, "b": 40},
-    )
-    return figure
-
-
-def cell_map(wide, tasks) -> go.Figure:
-    """Model × task heatmap by score; the hover says the kind and the interval."""
-    names = [task_column(t) for t in tasks]
-    values = wide[names].to_numpy(dtype=float)
-    kinds = wide[[f"{n} kind" for n in names]].to_numpy(dtype=str)
-    low = wide[[f"{n} lower" for n in names]].to_numpy(dtype=float)
-    high = wide[[f"{n} upper" for n in names]].to_numpy(dtype=float)
-    marks = [
-        [f"{v:.2f}{KIND_MARK[k]}" for v, k in zip(r, kr, strict=True)]
-        for r, kr in zip(values, kinds, strict=True)
-    ]
-    hover = [
-        [f"{k} {v:.3f} ({lo:.3f}–{hi:.3f})" for v, k, lo, hi in zip(r, kr, lr, hr, strict=True)]
-        for r, kr, lr, hr in zip(values, kinds, low, high, strict=True)
-    ]
-    figure = go.Figure(
-        go.Heatmap(
-            z=values,
-            x=[html.escape(str(t)) for t in tasks],
-            y=[html.escape(str(m)) for m in wide.index],
-            text=marks,
-            texttemplate="%{text}",
-            customdata=hover,
-            hovertemplate="%{y} · %{x}<br>%{customdata}<extra></extra>",
-            colorscale="RdYlGn",
-            zmin=0.0,
-            zmax=1.0,
-        )
-    )
-    figure.update_layout(
-        height=max(300, 20 * len(wide) + 80),
-        yaxis={"autorange": "reversed"},
-        margin={"l": 10, "r": 10, "t": 10, "b": 40},
-    )
-    return figure
 
 
 st.title("Leaderboard")
@@ -253,10 +184,14 @@ if rows:
 st.caption("Select a row to open that model on the New model page.")
 
 st.subheader("Cells")
-st.plotly_chart(cell_map(wide.loc[table["model"]], tasks), width="stretch", key="leaderboard_cells")
+st.plotly_chart(
+    cell_map_figure(wide.loc[table["model"]], tasks), width="stretch", key="leaderboard_cells"
+)
 
 st.subheader("Ranks")
-st.plotly_chart(rank_plot(shown, highlight), width="stretch", key="leaderboard_ranks")
+st.plotly_chart(
+    rank_figure(shown, highlight, board.level), width="stretch", key="leaderboard_ranks"
+)
 
 st.subheader("Export")
 buttons = st.columns(3)

@@ -69,6 +69,8 @@ KIND_WORDS = {
     "estimated": "estimated: some queries answered; the full-task score is predicted",
     "predicted": "predicted: no query answered; completed from the model's other tasks",
 }
+# How a score's kind is marked after it in the page's table and cell map ("0.50 ~").
+KIND_MARK = {"observed": "", "estimated": " ~", "predicted": " ?"}
 CELL_COLUMNS = (
     "model",
     "family",

@@ -5,7 +5,8 @@ Pure functions of frames, testable without the app. Names from the data reach Pl
 keep the raw names. The comparison of PKPS and DKPS is
 :func:`~pkps_core.views.comparison_figure.comparison_figure`, the predicted-vs-reference
 scatter :func:`~pkps_core.views.predictions.predicted_vs_reference_figure`, the Experiments
-page's charts :mod:`~pkps_core.views.experiment_figures`.
+page's charts :mod:`~pkps_core.views.experiment_figures`, the Leaderboard page's
+:mod:`~pkps_core.views.leaderboard_figures`.
 """
 
 from __future__ import annotations
