@@ -121,6 +121,15 @@ def improvement_chart(result: protocols.ProtocolResult) -> None:
     st.plotly_chart(figure, width="stretch", key="exp_gain_chart")
 
 
+def lever_table(table: pd.DataFrame, protocol: str) -> None:
+    """A levers × methods table; the new-model protocol's with a row per method and a
+    column per budget (its nine methods across were wider than the page), every row shown."""
+    if protocol == "new-model":
+        shared.table(views.methods_as_rows(table), height="content")
+    else:
+        shared.table(table)
+
+
 def similarity_chart(result: protocols.ProtocolResult) -> None:
     points = result.long.dropna(subset=["similarity", "normalised_gap"])
     st.subheader("Model similarity to the sources vs normalised gap")
@@ -233,7 +242,9 @@ if not len(result.long):
 
 st.subheader("MAE per method")
 mae_chart(result)
-shared.table(protocols.format_summary(result.summary, result.levers, views.PAGE_DIGITS))
+lever_table(
+    protocols.format_summary(result.summary, result.levers, views.PAGE_DIGITS), result.protocol
+)
 st.caption(
     f"MAE ± SEM (score units): {protocols.MAE_AVERAGING} (the long results' CSV). "
     "Settings: "
@@ -256,7 +267,7 @@ if "similarity" in result.long.columns:
 for title, (caption, table) in views.new_model_tables(result).items():
     st.subheader(title)
     st.caption(caption)
-    shared.table(table)
+    lever_table(table, result.protocol)
 st.subheader("Wilcoxon signed-rank tests")
 st.caption(
     "Two-sided, on per-task mean error differences (method − comparator), at every "

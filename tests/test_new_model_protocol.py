@@ -8,10 +8,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pkps_core import protocols as P
+from pkps_core import views
 from pkps_core.cli import main
 from pkps_core.predict import build_context, predict
 from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
+from pkps_core.views.columns import undocumented
+from pkps_core.views.widths import column_widths
 
 FAST = {"response_kernel": "rbf", "query_bandwidth": "median"}
 PAGE = str(Path(__file__).resolve().parents[1] / "app_pages" / "experiments.py")
@@ -278,6 +281,40 @@ def test_interval_table_coverage_width_and_share():
     assert P.interval_table(long.drop(columns=["lower", "upper"]), ("budget", "mode")).empty
 
 
+def test_page_tables_have_a_row_per_method_and_fit_the_page():
+    """Nine methods across made the page's tables wider than its content column (940 px in
+    Chromium at 1400 × 900, the sidebar open): a row per method and a column per budget
+    keeps every cell and fits."""
+    rng = np.random.default_rng(0)
+    levers = ("budget", "mode")
+    rows = [
+        {"budget": b, "mode": mode, "method": method, "mae": rng.random() / 5, "sem": 0.01}
+        for b in (1, 2, 4, 8, 16)
+        for mode in ("scored", "responses-only")
+        for method in P.DEFAULT_METHODS["new-model"]
+    ]
+    summary = pd.DataFrame(rows)
+    summary.loc[0, "mae"] = np.nan  # a method with no value at a setting: "—"
+    table = P.format_summary(summary, levers, views.PAGE_DIGITS)
+    turned = views.methods_as_rows(table)
+    assert list(turned.index.names) == ["mode", "method"]
+    assert list(turned.columns) == ["m = 1", "m = 2", "m = 4", "m = 8", "m = 16"]
+    assert len(turned) == 2 * len(P.DEFAULT_METHODS["new-model"])
+    for (budget, mode), row in table.iterrows():
+        for method, text in row.items():
+            assert turned.loc[(mode, method), f"m = {budget}"] == text
+    assert (turned == "—").to_numpy().sum() == 1
+    assert undocumented([*turned.columns, *turned.index.names]) == []
+    page = 940
+    assert sum(column_widths(table).values()) > page
+    assert sum(column_widths(turned).values()) <= page
+    intervals = P.format_intervals(
+        summary.assign(coverage=0.9, mean_width=0.3, with_interval=0.5), levers
+    )
+    assert sum(column_widths(views.methods_as_rows(intervals)).values()) <= page
+    assert views.methods_as_rows(table.droplevel("budget")).equals(table.droplevel("budget"))
+
+
 # ------------------------------------------------------------------------ CLI and app
 
 
@@ -322,8 +359,16 @@ def test_experiments_page_runs_new_model(tmp_path, monkeypatch):
     titles = [header.value for header in at.subheader]
     assert "Overall score of each target: MAE" in titles
     assert "Intervals on the target cells" in titles
-    # the levers × methods tables (the blank-cell notes between them have no levers)
-    by_levers = [d.value for d in at.dataframe if "budget" in d.value.index.names]
-    overall = by_levers[1]
-    assert list(overall.index.get_level_values("budget")) == [1, 1, 2, 2]
-    assert {"mean", "sample", "pkps"} <= set(overall.columns)
+    # the MAE, overall, Spearman and interval tables: a row per mode and method, a column
+    # per budget (the blank-cell notes between them keep method as a column)
+    by_method = [d.value for d in at.dataframe if "method" in d.value.index.names]
+    assert len(by_method) == 4
+    for table in by_method:
+        assert list(table.index.names) == ["mode", "method"]
+        assert list(table.columns) == ["m = 1", "m = 2"]
+        assert sorted(table.index) == sorted(
+            (mode, method)
+            for mode in ("responses-only", "scored")
+            for method in ("mean", "sample", "pkps")
+        )
+    assert by_method[0].loc[("scored", "pkps"), "m = 2"].count(" ± ") == 1

@@ -30,6 +30,7 @@ from pkps_core.views.experiments import (
     hover_format,
     lever_axis_title,
     lever_label,
+    methods_as_rows,
     new_model_tables,
     summary_export,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "mae_table",
     "merge_selection",
     "method_notes",
+    "methods_as_rows",
     "model_order",
     "model_table",
     "nearest_neighbours",

@@ -7,7 +7,12 @@ on a column without one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+
+# The header of a budget's column in the new-model protocol's tables (methods as rows).
+BUDGET_HEADER = "m = {}"
+_BUDGET_HEADER = re.compile(r"m = (\d+)")
 
 METHOD_HELP = {
     "mean": "references' mean score on the task: the floor every method should beat",
@@ -118,9 +123,16 @@ COLUMN_HELP = {
 
 
 def column_help(columns: Iterable[object]) -> dict[str, str]:
-    """The help text of each column that has one (method names included)."""
+    """The help text of each column that has one (method names and budget columns,
+    :data:`BUDGET_HEADER`, included)."""
     known = {**COLUMN_HELP, **METHOD_HELP}
-    return {str(c): known[str(c)] for c in columns if str(c) in known}
+    out = {}
+    for column in map(str, columns):
+        if column in known:
+            out[column] = known[column]
+        elif budget := _BUDGET_HEADER.fullmatch(column):
+            out[column] = f"budget m = {budget[1]}: {COLUMN_HELP['budget']}"
+    return out
 
 
 def undocumented(columns: Iterable[object]) -> list[str]:
