@@ -2,7 +2,9 @@
 
 The RBF response kernel ``k_R(x, x') = exp(−‖x − x'‖² / 2σ_R²)`` does not factorise, so the
 exact sums of Eq. (1) visit every pair of responses, O(N² p) per query bandwidth (32k
-responses: about three minutes for a cross-validated fit). With ``r`` seeded landmark
+unpaired responses: minutes for a cross-validated fit; a (nearly) paired cache takes one
+exact pass for the whole grid instead, :mod:`~pkps_core.space.paired_sums`: AlpacaEval-40's
+fit 4.56 s, 5.0× linear, ``docs/app-speed.md``). With ``r`` seeded landmark
 responses ``L``, ``φ(x) = k_R(x, L) U Λ^{-1/2}`` (``K_LL = U Λ U^T``) gives
 ``k_R ≈ Φ Φ^T``, a *linear* kernel on ``Φ``; the sums then run on the factorised path
 (and its sparse / Nyström query paths), O(M N r) plus O(N r p) for the features.
@@ -26,8 +28,8 @@ until one of them is within ``tol``, else the exact pairwise path runs.
 Opt-in (``affinity_method="nystrom"``), because it did not pay on real data: on AlpacaEval
 (32k responses, 128-d TF-IDF + SVD features) no rank up to 2048 came within tol = 1e-3 at
 any grid bandwidth, so "auto" would have paid for the attempts and then the exact path
-(`bench/rbf_response.py`: 655 s against 453 s exact on a loaded machine, 538 s against
-236 s in another run). On smoother features (a synthetic
+(`bench/rbf_response.py`, before the paired pass: 655 s against 453 s exact on a loaded
+machine, 538 s against 236 s in another run). On smoother features (a synthetic
 cache in 48 PCA dimensions) rank 2048 met the tolerance, but no faster than exact.
 """
 
