@@ -41,7 +41,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -275,10 +275,12 @@ class ReferencePredictor:
         return self
 
     def _calibrate_all(self, profiles: list[Profile], progress) -> None:
-        """Every profile; the budgets on the fit's threads (largest first), the two modes
-        of a budget one after the other (the second reuses the first's spaces). A profile's
-        calibration does not depend on the order, so the threads change only the time;
-        ``progress`` is called from the calling thread (an app session's)."""
+        """Every profile on the fit's threads. A budget's first profile computes the
+        spaces its other modes reuse, so those wait for it; the first profiles start
+        largest budget first and the others (a fraction of the time: they reuse the spaces)
+        queue behind them, so the threads finish together. A profile's calibration does
+        not depend on the order, so the threads change only the time; ``progress`` is
+        called from the calling thread (an app session's)."""
         by_budget: dict[tuple, list[Profile]] = {}
         for profile in profiles:
             by_budget.setdefault((profile.budget, profile.tasks), []).append(profile)
@@ -291,22 +293,24 @@ class ReferencePredictor:
                 self._calibrate(profile)
             return
 
-        def calibrate_group(group: list[Profile]) -> list[Profile]:
-            for profile in group:
-                self._calibrate(profile)
-            return group
+        def calibrate(profile: Profile) -> Profile:
+            self._calibrate(profile)
+            return profile
 
         if progress is not None:
             progress(0.0, f"calibrating {len(profiles)} profiles on {threads} threads")
         done = 0
         with ThreadPoolExecutor(threads, thread_name_prefix="pkps-fit") as executor:
-            futures = [executor.submit(calibrate_group, group) for group in groups]
-            for future in as_completed(futures):
-                group = future.result()
-                done += len(group)
-                if progress is not None:
-                    labels = ", ".join(profile.label() for profile in group)
-                    progress(done / len(profiles), f"calibrated {labels}")
+            waiting = {executor.submit(calibrate, group[0]): group[1:] for group in groups}
+            while waiting:
+                finished, _ = wait(waiting, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    profile = future.result()
+                    for follower in waiting.pop(future):  # the same budget's other modes
+                        waiting[executor.submit(calibrate, follower)] = []
+                    done += 1
+                    if progress is not None:
+                        progress(done / len(profiles), f"calibrated {profile.label()}")
         # the profiles in grid order, as a sequential fit keeps them
         order = [profile.key for profile in profiles]
         self.profiles_ = {
