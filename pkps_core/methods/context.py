@@ -258,10 +258,13 @@ class PredictionContext:
         return np.arange(len(self.models))
 
     def allowed(self, holdout: str | None = None) -> np.ndarray:
-        """:func:`allowed_references` under ``holdout`` (default: the context's)."""
-        return allowed_references(
-            self.families, holdout or self.holdout, self.targets, origin=self.origin
-        )
+        """:func:`allowed_references` under ``holdout`` (default: the context's); a copy of
+        the one computed per holdout (the trust checks ask once per flagged model)."""
+        holdout = holdout or self.holdout
+        return self.cached(
+            ("allowed", holdout),
+            lambda: allowed_references(self.families, holdout, self.targets, origin=self.origin),
+        ).copy()
 
     def training_matrix(self, i: int, allowed: np.ndarray) -> np.ndarray:
         """The matrix model i's completion may see: allowed models' references, its own
