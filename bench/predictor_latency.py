@@ -70,14 +70,14 @@ from pkps_core.views.new_model import new_model_report
 import statistics
 combined = pd.read_parquet(sys.argv[1])
 refits = []
-for _ in range(3):
+for _ in range(5):
     started = time.perf_counter()
     new_model_report(combined, sys.argv[2])
     refits.append(time.perf_counter() - started)
 everything = pd.read_parquet(sys.argv[3])
 keep = sorted(pd.read_parquet(sys.argv[4])["model"])
 batches = []
-for _ in range(3):
+for _ in range(5):
     started = time.perf_counter()
     predict(build_context(everything, holdout="family", targets=keep), ["ensemble"], intervals=0.9)
     batches.append(time.perf_counter() - started)
@@ -171,9 +171,9 @@ def main() -> None:
     embedded, embed_seconds = _timed(embedded_like_the_store, first, embedders)
     combined = pd.concat([store_records, embedded], ignore_index=True)
     refit = statistics.median(
-        _timed(new_model_report, combined, new_models[0])[1] for _ in range(3)
+        _timed(new_model_report, combined, new_models[0])[1] for _ in range(5)
     )
-    record("refit path: one new model (new_model_report, median of 3)", refit)
+    record("refit path: one new model (new_model_report, median of 5)", refit)
     with Store(db) as store:
         predictor, fit_seconds = _timed(stored_predictor, store, fit="always")
     record("fit the predictor (12 profiles) and keep it in the store", fit_seconds)
@@ -254,17 +254,17 @@ def main() -> None:
     batch_predictor, batch_fit = _timed(
         ReferencePredictor(modes=("responses-only",), budgets=(4,)).fit, batch_refs_e
     )
-    # median of 3 calls each: the first call of a process pays page faults and caches
-    fast_batch = statistics.median(_timed(batch_predictor.predict, batch_e)[1] for _ in range(3))
+    # median of 5 calls each: the first call of a process pays page faults and caches
+    fast_batch = statistics.median(_timed(batch_predictor.predict, batch_e)[1] for _ in range(5))
 
     def targets_path():  # what predict --targets does: a fresh context (its caches) each time
         context = build_context(everything, holdout="family", targets=keep)
         return predict(context, ["ensemble"], intervals=0.9)
 
-    slow_batch = statistics.median(_timed(targets_path)[1] for _ in range(3))
+    slow_batch = statistics.median(_timed(targets_path)[1] for _ in range(5))
     record(f"batch: {len(keep)} responses-only models, fit (m = 4 profile)", batch_fit)
-    record(f"batch: {len(keep)} models placed in one call (median of 3)", fast_batch)
-    record("batch: the same through predict --targets's path (median of 3)", slow_batch)
+    record(f"batch: {len(keep)} models placed in one call (median of 5)", fast_batch)
+    record("batch: the same through predict --targets's path (median of 5)", slow_batch)
     baseline = None
     if args.baseline:
         combined_file, batch_file, keep_file = (
@@ -279,9 +279,9 @@ def main() -> None:
             args.baseline, workdir, combined_file, new_models[0], batch_file, keep_file
         )
     if baseline is not None:
-        record(f"filed-day refit path ({args.baseline}): one new model (median of 3)", baseline[0])
+        record(f"filed-day refit path ({args.baseline}): one new model (median of 5)", baseline[0])
         record(
-            f"filed-day predict --targets path ({args.baseline}): the batch (median of 3)",
+            f"filed-day predict --targets path ({args.baseline}): the batch (median of 5)",
             baseline[1],
         )
     lines = ["| step | seconds |", "|---|---|"]
