@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 
-.PHONY: app test lint setup setup-dev bench clean
+.PHONY: app test test-quick lint setup setup-dev bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,13 @@ app: $(VENV)/.runtime
 # the tests in two processes (pytest-xdist), each test file kept in one of them (its
 # module-scoped fits are made once); PYTEST_WORKERS=0 runs them in this process
 PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+	$(BIN)/python -m pytest $(XDIST)
+
+# the quick loop: no browser tests and none marked slow (docs/development.md)
+test-quick: $(VENV)/.dev
+	$(BIN)/python -m pytest $(XDIST) -m "not slow and not browser"
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .

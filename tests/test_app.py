@@ -238,6 +238,7 @@ def test_one_bad_file_among_several_stores_none_of_them(empty_store):
     assert _store_state(empty_store)[2] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ALPACA.exists(), reason="shared AlpacaEval data not present")
 def test_alpaca_eval_upload_shows_pkps_and_dkps(empty_store):
     at = _upload_and_import(
@@ -289,6 +290,7 @@ def _scatter_specs(at: AppTest) -> list[dict[str, tuple[float, float]]]:
     return [panels["x"], panels["x2"]]
 
 
+@pytest.mark.slow
 def test_switching_kernels_and_bandwidth_rerenders(demo_store):
     at = _app()
     at.switch_page(shared.SPACE_PAGE).run()
@@ -360,6 +362,7 @@ def recorded_downloads(monkeypatch) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 def test_predictions_export_has_the_cli_columns(demo_store, recorded_downloads):
     at = _app()
     at.switch_page(shared.PREDICTIONS_PAGE).run()
@@ -377,6 +380,7 @@ def test_predictions_export_has_the_cli_columns(demo_store, recorded_downloads):
     pd.testing.assert_series_equal(csv["prediction"], parquet["prediction"], check_dtype=False)
 
 
+@pytest.mark.slow
 def test_prediction_settings_change_the_results(demo_store):
     at = _app()
     at.switch_page(shared.PREDICTIONS_PAGE).run()

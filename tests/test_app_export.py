@@ -93,6 +93,7 @@ def _run_report(*args, env=None):
     )
 
 
+@pytest.mark.slow
 @needs_png
 def test_report_cli_writes_both_pngs(demo_store, tmp_path):
     model = "fam00/model-00"
@@ -105,6 +106,7 @@ def test_report_cli_writes_both_pngs(demo_store, tmp_path):
         assert width == reports.PNG_WIDTH >= 1600 and height > 300
 
 
+@pytest.mark.slow
 def test_report_cli_without_a_browser_fails_in_one_line(demo_store, tmp_path):
     import os
 
@@ -119,6 +121,7 @@ def test_report_cli_without_a_browser_fails_in_one_line(demo_store, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 @needs_png
 def test_new_model_page_offers_the_pngs(demo_store, monkeypatch):
     path, folder = demo_store

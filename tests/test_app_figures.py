@@ -99,6 +99,7 @@ def test_predictions_page_faceted_plot_and_bars(app):
     _assert_readable(figures)
 
 
+@pytest.mark.slow
 def test_experiments_page_charts(app):
     at = app(shared.EXPERIMENTS_PAGE)
     at.number_input(key="exp_seeds").set_value(1)
@@ -113,6 +114,7 @@ def test_experiments_page_charts(app):
     _assert_readable(figures)
 
 
+@pytest.mark.slow
 def test_new_model_page_figures_which_the_report_also_draws(app):
     at = app(NEW_MODEL_PAGE)
     figures = _figures(at)

@@ -39,6 +39,7 @@ def errors(at: AppTest) -> str:
     return " ".join(texts)
 
 
+@pytest.mark.slow
 def test_new_model_refuses_percent_scores_and_unknown_tasks_then_maps_them(demo_store):
     upload = scored_upload(demo_store)
     tasks = sorted(upload["task"].unique())
@@ -72,6 +73,7 @@ def test_new_model_refuses_percent_scores_and_unknown_tasks_then_maps_them(demo_
     assert per_task.drop(tasks[0]).eq(0).all()
 
 
+@pytest.mark.slow
 def test_data_page_refuses_percent_scores_unless_ticked(demo_store, tmp_path):
     upload = scored_upload(demo_store).assign(model="pct/model")
     percent = upload.assign(score=upload["score"] * 100).to_csv(index=False).encode()

@@ -39,6 +39,7 @@ def _metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
+@pytest.mark.slow
 def test_new_model_page_predicts_a_store_model(demo_store):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page(PAGE).run()
@@ -76,6 +77,7 @@ def test_new_model_page_predicts_a_store_model(demo_store):
     assert at.text[0].value == other
 
 
+@pytest.mark.slow
 def test_uploaded_unscored_responses_are_predicted_and_not_stored(demo_store):
     before = Store(demo_store)
     state = (before.content_hash(), before.version)
@@ -112,6 +114,7 @@ def test_uploaded_unscored_responses_are_predicted_and_not_stored(demo_store):
 ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
 
 
+@pytest.mark.slow
 def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, monkeypatch):
     if not ALPACA.exists():
         pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")

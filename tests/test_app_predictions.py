@@ -50,6 +50,7 @@ def _predict(at: AppTest, methods: list[str], targets: list[str]) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_the_page_is_tabs_with_the_summary_first_and_eager_downloads(
     demo_store, recorded_downloads
 ):
@@ -75,6 +76,7 @@ def test_the_page_is_tabs_with_the_summary_first_and_eager_downloads(
     assert '"error_y"' not in figure.proto.spec  # no bar on every cell
 
 
+@pytest.mark.slow
 def test_missing_predictions_say_why_and_next_follows_the_target(demo_store):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page(shared.PREDICTIONS_PAGE).run()

@@ -126,6 +126,7 @@ def test_the_cv_curve_shows_the_delta_limit_without_minor_ticks(demo_store):
     assert layout["xaxis"]["tickvals"] == pytest.approx(list(curve["multiple_of_median"]))
 
 
+@pytest.mark.slow
 def test_picked_and_searched_models_are_ringed_in_both_maps(demo_store):
     at = _space(demo_store)
     picked = at.multiselect(key="space_picked_models").options[:2]
@@ -178,6 +179,7 @@ def alpaca_store(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_alpaca_eval_maps_agree_in_the_paired_limit(alpaca_store, monkeypatch):
     monkeypatch.setenv(shared.STORE_ENV, str(alpaca_store))
     at = _space(alpaca_store)

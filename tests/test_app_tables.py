@@ -70,6 +70,7 @@ def _tables(at: AppTest) -> list[tuple[list[str], dict]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_every_column_of_every_table_has_a_tooltip(rendered, page):
     at = rendered(page)
@@ -110,6 +111,7 @@ def _shown_columns(frame) -> list[tuple[str, object, list]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_every_column_of_every_table_fits_its_header_and_cells(rendered, page):
     """Each column has a width in px at least the estimated width of its header (with the

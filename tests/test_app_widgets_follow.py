@@ -26,6 +26,7 @@ def demo_store(tmp_path, monkeypatch) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_linear_and_cosine_are_one_kernel_offered_once_with_the_reason(demo_store):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page(shared.SPACE_PAGE).run()
@@ -54,6 +55,7 @@ def test_the_disabled_bandwidth_slider_follows_a_kernel_change(demo_store):
     assert at.select_slider(key="space_bandwidth_shown").value == chosen
 
 
+@pytest.mark.slow
 def test_the_interval_highlight_follows_new_targets(demo_store):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page(shared.PREDICTIONS_PAGE).run()

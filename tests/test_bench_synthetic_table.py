@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from bench.synthetic_table import GRID, METHODS, markdown, table
 
@@ -23,6 +24,7 @@ def test_markdown_puts_each_method_in_its_column_in_grid_order():
     assert first[2:] == ["1.100 ± 0.001", "1.200 ± 0.001", "1.300 ± 0.001"]
 
 
+@pytest.mark.slow
 def test_one_seed_reproduces_the_papers_ordering_at_rho_0():
     summary = table(1).set_index(["budget", "rho", "method"])["mean"]
     assert len(summary) == len(GRID) * len(METHODS)

@@ -8,6 +8,8 @@ import pytest
 
 from pkps_core.protocols import synthetic_query_efficiency
 
+pytestmark = pytest.mark.slow  # the module's fits: ~25 s setup
+
 
 @pytest.fixture(scope="module")
 def results():

@@ -128,6 +128,7 @@ def test_non_numeric_score_is_refused(synth_csv, tmp_path):
     _one_line_error(done, "'score' is not numeric", "row 7")
 
 
+@pytest.mark.slow
 def test_unknown_method_and_target(synth_csv, tmp_path):
     done = run(
         "predict",
@@ -151,6 +152,7 @@ def test_unknown_method_and_target(synth_csv, tmp_path):
     _one_line_error(done, "unknown target model", "nobody")
 
 
+@pytest.mark.slow
 def test_ingest_info_and_predict_from_store(synth_csv, tmp_path):
     db = tmp_path / "s.duckdb"
     done = run("ingest", str(synth_csv), "--db", str(db))
@@ -168,6 +170,7 @@ def test_ingest_info_and_predict_from_store(synth_csv, tmp_path):
     assert len(pd.read_csv(out)) == 60 * 12 * 2
 
 
+@pytest.mark.slow
 def test_store_errors_are_one_line(tmp_path):
     _one_line_error(run("info", "--db", str(tmp_path / "none.duckdb")), "no store at")
     _one_line_error(run("predict", "--out", str(tmp_path / "x.csv")), "exactly one of --input")

@@ -77,6 +77,7 @@ def test_every_kernel_pair_matches_the_local_engine(client, synthetic, params):
     _assert_same_fit(local, remote)
 
 
+@pytest.mark.slow
 def test_every_path_matches_the_local_engine(client, many_queries):
     options = {"response_components": 16, "block_bytes": 1 << 21}
     local = PerspectiveSpace(**options).fit(many_queries)
@@ -139,6 +140,7 @@ def test_every_path_matches_the_local_engine_sum_for_sum(client, path, response_
     _assert_same_sums(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["local", "dask"])
 def test_one_pass_over_the_grid_gives_the_sums_of_one_pass_per_bandwidth(
     client, many_queries, engine
@@ -212,6 +214,7 @@ def test_predictions_match_the_local_engine(client, synthetic):
     )
 
 
+@pytest.mark.slow
 def test_workers_stay_under_their_memory_limit(many_queries):
     # workers of their own, their peaks (VmHWM) reset before the fit: the module's cluster
     # has run other fits (with the default, larger blocks) before this one, and a spawned
@@ -224,6 +227,7 @@ def test_workers_stay_under_their_memory_limit(many_queries):
     assert max(peaks.values()) < WORKER_MEMORY
 
 
+@pytest.mark.slow
 def test_unreachable_scheduler_is_one_line(synthetic):
     space = PerspectiveSpace(engine="dask", client="tcp://127.0.0.1:9")
     with pytest.raises(ValueError, match=r"cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
@@ -272,6 +276,7 @@ def _cli(*args, env=None):
     )
 
 
+@pytest.mark.slow
 def test_cli_predict_on_the_cluster_from_a_parquet_dataset(client, synthetic, tmp_path):
     from pkps_core.store import Store
 
@@ -300,6 +305,7 @@ def test_cli_predict_on_the_cluster_from_a_parquet_dataset(client, synthetic, tm
     np.testing.assert_allclose(b["prediction"], a["prediction"], atol=1e-9)
 
 
+@pytest.mark.slow
 def test_cli_refuses_bad_scheduler_and_non_dataset_in_one_line(tmp_path, synthetic):
     cache = tmp_path / "cache.csv"
     synthetic.drop(columns=["query_embedding", "response_embedding"]).to_csv(cache, index=False)

@@ -132,6 +132,7 @@ def test_sentence_transformer_embeds_offline_model():
     assert unit[0] @ unit[4] > unit[0] @ unit[2]
 
 
+@pytest.mark.slow
 def test_alpaca_eval_responses_embed():
     path = DATA / "alpaca_eval" / "alpaca_eval_40.parquet"
     if not path.exists():

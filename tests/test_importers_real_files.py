@@ -106,6 +106,7 @@ def test_an_eval_log_maps_like_its_json_log(tmp_path, finished):
 # ------------------------------------------------------------------ 2: one bad file
 
 
+@pytest.mark.slow
 def test_one_damaged_file_in_a_folder_is_named_and_the_rest_imported(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()

@@ -105,6 +105,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_report_responses_predicts_an_uploaded_model_on_the_shared_tasks(synthetic_store, tmp_path):
     with Store(synthetic_store, read_only=True) as db:
         records = db.records()
@@ -130,6 +131,7 @@ def test_report_responses_predicts_an_uploaded_model_on_the_shared_tasks(synthet
     assert _digest(synthetic_store) == before
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ALPACA.exists(), reason="the AlpacaEval data is not on this machine")
 def test_report_responses_refuses_percent_scores_and_unknown_tasks_on_alpaca_eval(tmp_path):
     store = tmp_path / "alpaca.duckdb"

@@ -237,6 +237,7 @@ def test_logit_fill_keeps_the_observed_responses(graded):
     assert (filled.cells.loc[filled.cells["kind"] == "observed", "note"] == "observed").all()
 
 
+@pytest.mark.slow
 def test_stored_leaderboard_is_kept_and_goes_stale(tmp_path, thin):
     records = thin[0]
     with Store(tmp_path / "s.duckdb") as store:

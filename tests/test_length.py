@@ -95,6 +95,7 @@ def test_responses_only_targets_are_ranked_by_their_length(cache):
     assert mae["pkps-length"] < mae["pkps"]
 
 
+@pytest.mark.slow
 def test_the_line_is_fitted_at_the_targets_budget(cache):
     """At one response per cell a target's length score is noisy; the shadows (references
     at that budget) flatten the line, dense references would not (regression dilution)."""
@@ -143,6 +144,7 @@ def test_no_response_text_means_no_length_prediction(cache):
     assert out["note"].str.contains("needs response text").all()
 
 
+@pytest.mark.slow
 def test_the_new_model_report_states_the_length_score(cache):
     records, _, targets = cache
     longest = records.groupby("model")["response"].apply(lambda r: r.str.len().mean()).idxmax()

@@ -91,6 +91,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_kill_during_the_write_leaves_the_old_fit_or_the_new_one(tmp_path):
     path = tmp_path / "store.duckdb"
     with Store(path) as store:

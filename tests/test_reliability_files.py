@@ -237,6 +237,7 @@ def test_alpaca_eval_forced_on_an_inspect_log_names_the_file(tmp_path):
 # ------------------------------------------------------------------ class 9: two files, one key
 
 
+@pytest.mark.slow
 def test_two_files_with_the_same_keys_in_one_command_are_refused_like_one_folder(tmp_path):
     first = canonical(tmp_path / "a.csv", scores=(1.0, 0.0))
     second = canonical(tmp_path / "b.csv", scores=(0.0, 1.0))
@@ -253,6 +254,7 @@ def test_two_files_with_the_same_keys_in_one_command_are_refused_like_one_folder
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_two_files_in_one_command_into_a_store_leave_it_unchanged(tmp_path):
     db = tmp_path / "store.duckdb"
     canonical(tmp_path / "base.csv", model="org/base")

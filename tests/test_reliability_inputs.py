@@ -69,6 +69,7 @@ def na_token_frame() -> pd.DataFrame:
     return frame
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".tsv"])
 def test_na_token_texts_round_trip_verbatim(tmp_path, suffix):
     frame = na_token_frame()
@@ -144,6 +145,7 @@ def blank_query_csv(tmp_path: Path, *, text_elsewhere: bool) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_blank_query_cell_takes_the_text_of_its_query(tmp_path):
     path = blank_query_csv(tmp_path, text_elsewhere=True)
     records = validate_records(read_records(str(path)))
@@ -157,6 +159,7 @@ def test_blank_query_cell_takes_the_text_of_its_query(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_query_without_any_text_is_stored_and_predict_names_it(tmp_path):
     path = blank_query_csv(tmp_path, text_elsewhere=False)
     db = tmp_path / "b.duckdb"
@@ -212,6 +215,7 @@ def test_eee_sample_without_input_is_stored(tmp_path):
     assert len(records) == 3
 
 
+@pytest.mark.slow
 def test_truncated_gzip_is_one_line_and_stores_nothing(tmp_path):
     frame = na_token_frame()
     good = tmp_path / "good.csv"

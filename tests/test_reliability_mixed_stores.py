@@ -65,6 +65,7 @@ def test_the_fitted_predictor_on_a_mixed_store(records):
     assert out.loc[out["task"].isin(["a1", "a2"]), "prediction"].notna().all()
 
 
+@pytest.mark.slow
 def test_report_cli_on_a_mixed_store(records, tmp_path):
     source = tmp_path / "mixed.csv"
     records.to_csv(source, index=False)

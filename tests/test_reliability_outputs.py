@@ -134,6 +134,7 @@ COMMANDS = [
 # ------------------------------------------------------------------ class 2: atomic writes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_write_stopped_by_a_file_size_limit_keeps_the_previous_output(
     tmp_path, cache, store, name
@@ -176,6 +177,7 @@ def test_a_process_killed_while_writing_keeps_the_previous_output(tmp_path):
     assert out.read_text() == "model,score\nold,1\n"
 
 
+@pytest.mark.slow
 def test_export_replaces_a_dataset_only_once_the_new_one_is_complete(tmp_path, store):
     target = tmp_path / "dataset"
     done = run("export", "--db", store, "--to-parquet", target)
@@ -229,6 +231,7 @@ def test_a_store_under_a_regular_file_is_one_line(tmp_path, cache, command_name)
     assert (tmp_path / "a-file").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_export_into_a_file_or_a_folder_of_other_files_is_refused_before_reading(tmp_path, store):
     (tmp_path / "a-file").write_text("mine\n")
     one_line_error(run("export", "--db", store, "--to-parquet", tmp_path / "a-file"), "a-file")
@@ -294,6 +297,7 @@ def test_an_output_on_a_full_filesystem_keeps_the_previous_output(mounted, cache
     no_partials(folder)
 
 
+@pytest.mark.slow
 def test_ingest_into_a_store_on_a_full_filesystem_is_one_line_and_changes_nothing(
     mounted, tmp_path, cache
 ):
@@ -338,6 +342,7 @@ def read_exported_csv(path: Path) -> pd.DataFrame:
     return pd.read_csv(path, keep_default_na=False, dtype=str)
 
 
+@pytest.mark.slow
 def test_predict_csv_neutralises_formulas_and_parquet_and_store_keep_names(tmp_path):
     source = hostile_cache(tmp_path)
     db = tmp_path / "store.duckdb"
@@ -355,6 +360,7 @@ def test_predict_csv_neutralises_formulas_and_parquet_and_store_keep_names(tmp_p
     assert set(HOSTILE) <= set(pd.read_parquet(parquet_out)["model"])
 
 
+@pytest.mark.slow
 def test_report_csv_neutralises_formulas(tmp_path):
     source = hostile_cache(tmp_path)
     db = tmp_path / "store.duckdb"

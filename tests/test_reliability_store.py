@@ -228,6 +228,7 @@ def holder():
         h.release()
 
 
+@pytest.mark.slow
 def test_readers_and_writers_wait_a_bounded_time_for_a_writing_process(
     tmp_path, capsys, monkeypatch, populated, holder
 ):
@@ -248,6 +249,7 @@ def test_readers_and_writers_wait_a_bounded_time_for_a_writing_process(
     assert state(populated) == before
 
 
+@pytest.mark.slow
 def test_many_readers_at_once_and_a_writer_waits_for_them(
     tmp_path, capsys, monkeypatch, populated, holder
 ):
@@ -261,6 +263,7 @@ def test_many_readers_at_once_and_a_writer_waits_for_them(
     assert code == 2 and f"in use by process {held.process.pid}" in err[-1]
 
 
+@pytest.mark.slow
 def test_a_waiting_writer_goes_ahead_once_the_holder_is_done(tmp_path, populated, holder):
     held = holder(populated, "rw")
     extra = write(cache(["c/z"]), tmp_path / "c.csv")

@@ -36,6 +36,7 @@ def store(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_report_writes_html_and_csv_with_the_pages_numbers(store, tmp_path):
     html, csv = tmp_path / "out" / "report.html", tmp_path / "rows.csv"
     done = run(
@@ -56,6 +57,7 @@ def test_report_writes_html_and_csv_with_the_pages_numbers(store, tmp_path):
     assert f"rank {expected.rank['rank']} of 24" in done.stdout
 
 
+@pytest.mark.slow
 def test_report_without_out_prints_a_summary(store):
     done = run("report", "--db", str(store), "--model", TARGET)
     assert done.returncode == 0, done.stderr
@@ -66,6 +68,7 @@ def test_report_without_out_prints_a_summary(store):
     assert "nearest references in PKPS: " in done.stdout
 
 
+@pytest.mark.slow
 def test_report_refuses_an_unknown_model_in_one_line(store, tmp_path):
     done = run("report", "--db", str(store), "--model", "nobody/none")
     assert done.returncode == 2

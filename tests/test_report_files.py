@@ -42,6 +42,7 @@ def multiline_store(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_html_report_keeps_a_responses_line_breaks(multiline_store, tmp_path):
     out = tmp_path / "report.html"
     model = "fam00/model-00"
@@ -68,6 +69,7 @@ def test_table_cells_are_escaped_numbers_rounded_and_gaps_blank():
     assert "<tr><td></td><td></td></tr>" in table
 
 
+@pytest.mark.slow
 def test_png_figures_name_the_model_and_store_and_keep_titles_off_the_ticks(multiline_store):
     from pkps_core.views.new_model import new_model_report
 
@@ -90,6 +92,7 @@ def _png_width(path: Path) -> int:
     return struct.unpack(">II", data[16:24])[0]
 
 
+@pytest.mark.slow
 def test_report_png_on_the_alpaca_eval_store_is_at_least_1600_px_wide(tmp_path):
     if not ALPACA.exists():
         pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")

@@ -123,6 +123,7 @@ def test_budget_mismatch_ensemble_is_calibrated_at_the_targets_budget(dense):
     assert mae["ensemble"] <= min(mae["pkps"], mae["dkps"]) + 0.02
 
 
+@pytest.mark.slow
 def test_intervals_at_the_targets_budget_cover_and_are_not_vacuous(dense):
     """Dense references without a reference_score column: calibrated at the references'
     own budget, the methods that read a cell's own scores had nothing to calibrate on (a

@@ -30,6 +30,7 @@ def demo_store(tmp_path, monkeypatch) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_slow_rbf_fit_is_estimated_and_asked_for_first(demo_store, monkeypatch):
     monkeypatch.setattr(shared, "SLOW_FIT_SECONDS", 0.0)  # every RBF fit counts as slow
     at = AppTest.from_file(APP, default_timeout=300)

@@ -98,6 +98,7 @@ def test_without_targets_a_method_reading_its_own_scores_is_not_judged():
     assert mae_table(predictions).loc["sample", "MAE"] == 0.0  # a given reference: judged
 
 
+@pytest.mark.slow
 def test_predict_with_targets_hides_all_but_the_budget(cache, tmp_path):
     source, out = tmp_path / "c.parquet", tmp_path / "p.csv"
     cache.to_parquet(source)
@@ -135,6 +136,7 @@ def alpaca_store(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_alpaca_eval_targets_at_budget_4_pkps_beats_sample(alpaca_store, tmp_path):
     out = tmp_path / "p.csv"
     done = run(
@@ -173,6 +175,7 @@ def test_alpaca_eval_targets_at_budget_4_pkps_beats_sample(alpaca_store, tmp_pat
     assert '"x"' in chart.proto.spec and "claude-2.1" in chart.proto.spec
 
 
+@pytest.mark.slow
 def test_the_page_store_records_are_not_changed(alpaca_store):
     with Store(alpaca_store, read_only=True) as store:
         assert store.summary()["responses"] == len(pd.read_parquet(ALPACA))

@@ -208,6 +208,7 @@ def _run(*args):
     )
 
 
+@pytest.mark.slow
 def test_cli_predict_writes_intervals_and_next_prints_a_ranking(sparse_predictions, tmp_path):
     records, _ = sparse_predictions
     path = tmp_path / "cache.parquet"

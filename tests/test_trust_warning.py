@@ -156,6 +156,7 @@ def test_widening_touches_only_warned_cells_with_responses_and_an_interval():
     assert widened[cells].all()  # ±0.01 is narrower than any 8-response sampling interval
 
 
+@pytest.mark.slow
 def test_warning_fires_on_extrapolation_targets_and_rarely_in_a_random_split():
     """The second paper's splits on one synthetic cohort (seed 21, not a tuning seed)."""
     records = prepare_records(

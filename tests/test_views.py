@@ -279,6 +279,7 @@ def test_similar_query_responses_without_embeddings_matches_identical_queries():
     assert table.iloc[0]["similarity"] == 1.0
 
 
+@pytest.mark.slow
 def test_umap_2d_gives_two_columns_when_installed(fitted):
     pytest.importorskip("umap")
     _, space = fitted

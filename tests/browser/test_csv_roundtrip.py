@@ -37,6 +37,7 @@ def _upload_csv_and_compare(frame, csv: bytes, tmp_path, start_server, new_sessi
         pd.testing.assert_frame_equal(store.records(with_embeddings=False), expected)
 
 
+@pytest.mark.slow
 def test_alpaca_eval_as_csv_uploads_to_the_parquet_store(tmp_path, start_server, new_session):
     if not ALPACA.exists():
         pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")

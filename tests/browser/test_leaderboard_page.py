@@ -35,6 +35,7 @@ def _open_board(session) -> tuple[float, float]:
     return shown, time.perf_counter() - started
 
 
+@pytest.mark.slow
 def test_leaderboard_on_a_fitted_alpaca_eval_store(tmp_path, start_server, new_session):
     if not ALPACA.exists():
         pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")

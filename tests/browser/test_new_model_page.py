@@ -109,6 +109,7 @@ def test_twenty_unscored_responses_uploaded_are_predicted(
 ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
 
 
+@pytest.mark.slow
 def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, start_server, new_session):
     """Issue 18's case on real data: 20 responses of one AlpacaEval model, without scores,
     uploaded on the New model page of a store holding the 40 models."""

@@ -129,6 +129,7 @@ def test_predictions_export_has_one_row_per_cell_and_method(demo_server, new_ses
     session.assert_clean()
 
 
+@pytest.mark.slow
 def test_experiments_sweep_runs_with_a_progress_bar(demo_server, new_session):
     session = new_session().open(demo_server)
     if "Experiments" not in nav_titles(session):

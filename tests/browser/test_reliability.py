@@ -38,6 +38,7 @@ def big_cache(n_models: int, n_tasks: int, per_task: int, pool: int, seed: int) 
     )
 
 
+@pytest.mark.slow
 def test_server_killed_mid_ingest_restarts_with_all_or_none(
     demo_copy, start_server, new_session, tmp_path
 ):

@@ -102,6 +102,7 @@ def _run_experiment(page) -> None:
 PAGES = ["Data", "New model", "Perspective space", "Predictions", "Experiments"]
 
 
+@pytest.mark.slow
 def test_no_table_header_or_cell_is_clipped_on_any_page(demo_server, new_session):
     session = new_session().open(demo_server)
     page = session.page

@@ -92,6 +92,7 @@ def test_uploaded_models_appear_in_both_heatmaps(demo_copy, start_server, new_se
     session.assert_clean()
 
 
+@pytest.mark.slow
 def test_two_sessions_uploading_at_once_both_land(tmp_path, start_server, new_session):
     store = tmp_path / "shared.duckdb"
     server = start_server(store)

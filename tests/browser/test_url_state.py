@@ -9,11 +9,14 @@ from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pandas as pd
+import pytest
 from app_utils import go_to, upload_and_import, wait_for_app
 from playwright.sync_api import expect
 
 from pkps_core.demo import ensure_demo_store
 from pkps_core.store import Store
+
+pytestmark = pytest.mark.browser
 
 
 def small_cache() -> bytes:
@@ -88,6 +91,7 @@ def _query(page) -> dict[str, list[str]]:
     return parse_qs(urlparse(page.url).query, keep_blank_values=True)
 
 
+@pytest.mark.slow
 def test_reload_keeps_the_prediction_settings_and_the_new_models_choice(
     tmp_path, start_server, new_session
 ):
