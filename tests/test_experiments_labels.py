@@ -1,4 +1,4 @@
-"""AppTest and views: the Experiments page says what it ran (issue 19).
+"""AppTest and views: the Experiments page says what it ran.
 
 Budgets above the data are dropped with a note, a setting with one value is not drawn as a
 one-point line, the settings have readable names and help, the methods keep fixed

@@ -1,4 +1,4 @@
-"""Issue 19 in a real browser on the demo store: no Deploy button, DKPS without shared
+"""In a real browser on the demo store: no Deploy button, DKPS without shared
 queries said above the maps (the lasso selection ringed in both maps is in
 test_space_page.py)."""
 
