@@ -2,7 +2,7 @@
 
 Run from the repository root (about 10 minutes on 2 cores)::
 
-    PYTHONPATH=. .venv/bin/python bench/predictor_latency.py --out docs/predictor-latency.md
+    PYTHONPATH=. .venv/bin/python bench/predictor_latency.py --out docs/results/predictor-latency.md
 
 Five AlpacaEval models are held out as new (their 4 responses per task uploaded, scored);
 the other 35 are ingested into a fresh DuckDB store (under ``/tmp``). Measured in one run:
@@ -311,7 +311,7 @@ def main() -> None:
         header = (
             "# The fitted reference predictor: latency\n\n"
             "Regenerate with `PYTHONPATH=. .venv/bin/python bench/predictor_latency.py "
-            f"--out docs/predictor-latency.md` (commit {commit}, {os.cpu_count()} cores, "
+            f"--out docs/results/predictor-latency.md` (commit {commit}, {os.cpu_count()} cores, "
             f"load average {load} at the end, OPENBLAS_NUM_THREADS={threads}).\n\n"
         )
         Path(args.out).write_text(header + text + "\n", encoding="utf-8")

@@ -29,7 +29,7 @@ page defines it (:func:`pkps_core.views.new_model.weighted_mean` with
 :func:`pkps_core.trust.cells.task_query_counts`); its interval is the query-weighted mean
 of the cells' ends (every task at its end at once), and the rank interval comes from
 :func:`pkps_core.views.new_model.rank_interval` against the other models' overall scores.
-The measured quality on a sparse store is in ``docs/leaderboard.md``.
+The measured quality on a sparse store is in ``docs/results/leaderboard.md``.
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def fill_method(cells: pd.DataFrame, records: pd.DataFrame, fill: str = "auto") 
     fewer than half the cells are observed — the predictor's references are then thin, and
     its calibration rehearses shadows against them — and the scores are graded (some
     strictly between 0 and 1: the scale the logit model reads); else the fitted predictor
-    (``docs/leaderboard.md`` has both measured)."""
+    (``docs/results/leaderboard.md`` has both measured)."""
     if fill not in ("auto", "logit", "predictor"):
         raise ValueError(f"fill must be auto, logit or predictor; got {fill!r}")
     if fill != "auto":

@@ -4,7 +4,7 @@ On a sparse store every model is thin: a few responses in a few tasks, and no ce
 trusted full-task score. The mean of a model's raw scores ranks the models poorly when the
 scores are a judge's graded probabilities (AlpacaEval's are mostly near 0 with rare wins
 near 1: the mean of ten is ruled by one or two wins); the same responses' mean *logit*
-ranks them well (``docs/leaderboard.md``). :class:`LogitAdditive` fits
+ranks them well (``docs/results/leaderboard.md``). :class:`LogitAdditive` fits
 
     logit(score[model, query]) = ability[model] + difficulty[task] + q[query] + residual
 

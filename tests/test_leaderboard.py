@@ -151,7 +151,7 @@ def test_thin_store_intervals_cover_the_truth(thin):
     reason="issue 35's ranking bar cannot hold on 0/1 scores, where the sample mean is "
     "the scale's own statistic: on this seed the predictor-filled leaderboard's Spearman "
     "is 0.72 against the sample means' 0.82 (the logit fill, 0.78, is not used on 0/1 "
-    "scores); the graded store below carries the bar (docs/leaderboard.md)",
+    "scores); the graded store below carries the bar (docs/results/leaderboard.md)",
 )
 def test_thin_binary_store_ranks_better_than_the_sample_means(thin):
     """Done when: the overall ranks the models ≥ 0.15 (Spearman) above their observed

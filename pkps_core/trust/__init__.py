@@ -3,7 +3,7 @@
 ``cells`` (score range, sampling error) → ``intervals`` (cross-conformal over families) →
 ``extrapolation`` (warnings; warned cells' intervals widened) → ``columns`` (the output's
 trust columns); ``next_cells`` reads the predictions (what to evaluate next, coverage).
-The design in full: ``docs/trust.md``.
+The design in full: ``docs/explanation/trust.md``.
 """
 
 from pkps_core.trust.cells import score_range, task_query_counts

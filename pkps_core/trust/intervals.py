@@ -9,7 +9,7 @@ budget; ``unit="families"`` makes the quantile count families, not cells
 (:func:`grouped_conformal_quantile`: a new model arrives as a whole family whose cells share
 their errors), which on AlpacaEval fixes the under-coverage at m = 2 but doubles the widths
 and over-covers elsewhere (README / the issue-15 report), so cells stay the default.
-Why and how, in full: ``docs/trust.md``.
+Why and how, in full: ``docs/explanation/trust.md``.
 
 References
 ----------

@@ -142,7 +142,7 @@ def test_an_upload_is_placed_fast_on_a_fitted_alpaca_eval_store(
     """The fitted reference predictor's promise in the browser: on the AlpacaEval store
     with its predictor fitted (`fit`), one model's 4 responses per task (scored) are
     predicted within seconds of the upload. Prints the time (no timed assertion: the
-    machines are shared; docs/predictor.md has the measured tables)."""
+    machines are shared; docs/results/predictor-quality.md has the measured tables)."""
     from pkps_core.predictor import stored_predictor
 
     if not ALPACA.exists():
