@@ -26,12 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "screenshots"
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
-# Set PKPS_UPDATE_SCREENSHOTS=1 to also refresh the README's committed screenshots (the
-# ones the README shows; the others stay in artifacts/).
+# Set PKPS_UPDATE_SCREENSHOTS=1 to also refresh the committed screenshots (the ones the
+# README and docs/ show; the others stay in artifacts/).
 UPDATE_DOCS = os.environ.get("PKPS_UPDATE_SCREENSHOTS", "") == "1"
-README_SCREENSHOTS = set(
-    re.findall(r"docs/screenshots/([\w-]+)\.png", (ROOT / "README.md").read_text(encoding="utf-8"))
-)
+README_SCREENSHOTS = {
+    name
+    for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    for name in re.findall(r"screenshots/([\w-]+)\.png", page.read_text(encoding="utf-8"))
+}
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
