@@ -259,3 +259,28 @@ def test_the_closed_form_ridges_are_sklearns(shape):
         np.testing.assert_allclose(
             query @ coef + intercept, reference.predict(query), rtol=1e-9, atol=1e-9
         )
+
+
+def test_lrmc_rows_without_data_are_left_out_of_the_sweeps_with_the_same_fit():
+    # a completion problem hides every model its holdout forbids: those rows have no data,
+    # so they are not swept; the fit of every cell is the fit over all rows
+    from pkps_core.methods import lrmc
+
+    rng = np.random.default_rng(4)
+    n_problems, n_rows, n_cols, rank, n_init = 6, 40, 7, 2, 3
+    z = rng.standard_normal((n_problems, n_rows, n_cols))
+    observed = rng.random(z.shape) < 0.7
+    observed[rng.random((n_problems, n_rows)) < 0.6] = False  # rows without data
+    observed[0] = True  # one problem with every row: the kept block is its full height
+    draw = np.random.default_rng(9)
+    draw.standard_normal((n_problems, n_init, n_rows, rank))  # the rows' (unread) draw
+    col_factors = 0.1 * draw.standard_normal((n_problems, n_init, n_cols, rank))
+    swept_all, _ = lrmc._sweeps(z, observed, col_factors, 0.1, 25)
+    fit = lrmc._alternating_ridge(z, observed, rank, 0.1, 25, n_init, np.random.default_rng(9))
+    np.testing.assert_allclose(fit, swept_all, atol=1e-12)
+    # a row without data is fitted as mu + b_j: every such row of a problem alike
+    empty = ~observed.any(axis=2)
+    for p in range(1, n_problems):
+        rows = fit[p][empty[p]]
+        assert len(rows) > 1
+        np.testing.assert_allclose(rows, np.broadcast_to(rows[0], rows.shape), atol=1e-12)

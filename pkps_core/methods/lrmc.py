@@ -148,6 +148,13 @@ def _alternating_ridge(
     factors (N(0, 0.1²); biases start at 0) run side by side and their fitted matrices
     are averaged.
 
+    A row with no observed cell has no say in the fit: its ridge has no data, so its bias
+    and factors are exactly 0 after every row sweep, and it weighs 0 in the column sweeps
+    and in ``mu``; its fitted cells are ``mu + b_j``. Such rows are therefore left out of
+    the sweeps (a completion problem hides every model its holdout forbids, two thirds of
+    the rows of a calibration with shadows) and given ``mu + b_j`` afterwards: the same fit,
+    at the cost of the rows that have data.
+
     Parameters
     ----------
     z, observed : ndarray (n_problems, n_models, n_tasks)
@@ -158,12 +165,41 @@ def _alternating_ridge(
     """
     n_problems, n_rows, n_cols = z.shape
     n_init = n_init if rank > 0 else 1
+    # the rows' initial factors are never read (the first sweep solves the rows); they are
+    # drawn so that the columns' draw, and so the fit, does not depend on the rows kept
+    rng.standard_normal((n_problems, n_init, n_rows, rank))
+    col_factors = 0.1 * rng.standard_normal((n_problems, n_init, n_cols, rank))
+    seen = observed.any(axis=2)
+    kept = max(int(seen.sum(axis=1).max(initial=0)), 1)
+    if kept == n_rows:
+        fit, _ = _sweeps(z, observed, col_factors, lam, n_iter)
+        return fit
+    rows = np.argsort(~seen, axis=1, kind="stable")[:, :kept, None]  # rows with data first
+    fit_kept, base = _sweeps(
+        np.take_along_axis(z, rows, axis=1),
+        np.take_along_axis(observed, rows, axis=1),
+        col_factors,
+        lam,
+        n_iter,
+    )
+    fit = np.repeat(base[:, None, :], n_rows, axis=1)
+    np.put_along_axis(fit, rows, fit_kept, axis=1)
+    return fit
+
+
+def _sweeps(
+    z: np.ndarray, observed: np.ndarray, col_factors: np.ndarray, lam: float, n_iter: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The sweeps of :func:`_alternating_ridge` from the columns' initial factors
+    ``(n_problems, n_init, n_cols, rank)``: the fit averaged over the initialisations, and
+    ``mu + b_j`` so averaged (the fit of a row without data), ``(n_problems, n_cols)``."""
+    n_problems, n_rows, n_cols = z.shape
+    n_init, rank = col_factors.shape[1], col_factors.shape[-1]
     weight = observed[:, None].astype(float)
     weight_t = np.swapaxes(weight, -1, -2)
     target = np.where(observed, z, 0.0)[:, None]
     total = np.maximum(observed.sum(axis=(1, 2)), 1)[:, None]
-    row_factors = 0.1 * rng.standard_normal((n_problems, n_init, n_rows, rank))
-    col_factors = 0.1 * rng.standard_normal((n_problems, n_init, n_cols, rank))
+    row_factors = np.zeros((n_problems, n_init, n_rows, rank))
     row_bias = np.zeros((n_problems, n_init, n_rows))
     col_bias = np.zeros((n_problems, n_init, n_cols))
     mu = np.broadcast_to(target.sum(axis=(2, 3)) / total, (n_problems, n_init)).copy()
@@ -187,7 +223,7 @@ def _alternating_ridge(
         fit = row_bias[..., :, None] + col_bias[..., None, :] + interaction()
         mu = (weight * (target - fit)).sum(axis=(2, 3)) / total
     fit = mu[..., None, None] + row_bias[..., :, None] + col_bias[..., None, :] + interaction()
-    return fit.mean(axis=1)
+    return fit.mean(axis=1), (mu[..., None] + col_bias).mean(axis=1)
 
 
 def _batched(
