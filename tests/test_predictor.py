@@ -300,3 +300,38 @@ def test_a_fit_on_two_threads_is_the_fit_on_one(cache, fitted, monkeypatch):
         a, b = one.predict(frame), two.predict(frame)
         np.testing.assert_allclose(b["prediction"], a["prediction"], atol=1e-12)
         np.testing.assert_allclose(b["upper"], a["upper"], atol=1e-12)
+
+
+def test_a_profile_on_nystrom_reference_sums_keeps_them_and_adds_exact_shadow_pairs():
+    # where the references' fit approximated a bandwidth (Nyström), a profile keeps those
+    # sums for the references' pairs and computes every pair with a shadow exactly, rather
+    # than fitting every pair again (unpaired: a paired cache takes the exact paired pass)
+    from pkps_core.predictor.core import Profile
+    from pkps_core.space import PerspectiveSpace
+
+    references = make_synthetic(
+        n_models=18, n_tasks=3, budget=16, rho=0.0, random_state=3, family_size=3
+    ).records
+    predictor = ReferencePredictor(
+        budgets=(4,), modes=("scored",), space_params={"affinity_method": "nystrom"}
+    ).fit(references, lazy=True)
+    context = predictor._profile_context(Profile(4, True))
+    base = predictor._base_space("pkps", context)
+    approximated = [k for k, r in enumerate(base.affinity_reports_) if r.path == "nystrom"]
+    assert approximated
+    shared = predictor._shadow_space("pkps", context)
+    params = {**context.space_params, "query_kernel": "rbf", "affinity_method": "exact"}
+    exact = PerspectiveSpace(**params).fit(context.prepared)
+    models = context.prepared.models
+    shadows = context.shadows
+    position = np.searchsorted(models, base.models_)
+    for k in approximated:
+        for part in ("numerator", "denominator"):
+            mine = getattr(shared.kernel_sums_[k], part)
+            truth = getattr(exact.kernel_sums_[k], part)
+            kept = getattr(base.kernel_sums_[k], part)
+            np.testing.assert_allclose(mine[np.ix_(position, position)], kept, atol=1e-12)
+            np.testing.assert_allclose(mine[shadows], truth[shadows], rtol=1e-9, atol=1e-9)
+            # the references' pairs are the approximation, not the exact sums
+            block = np.ix_(position, position)
+            assert np.abs(mine[block] - truth[block]).max() > 1e-9
