@@ -1,4 +1,6 @@
-"""The README's synthetic table (PKPS paper, Figure 2a–b): sample, DKPS and PKPS by (m, ρ).
+"""The synthetic table (PKPS paper, Figure 2a–b): sample, DKPS and PKPS by (m, ρ).
+
+Its numbers: docs/results/synthetic.md.
 
 Run from the repository root::
 
@@ -38,7 +40,7 @@ def table(seeds: int) -> pd.DataFrame:
 
 
 def markdown(summary: pd.DataFrame) -> str:
-    """The README's layout: one row per (m, ρ), "mean ± sem" per method."""
+    """The table's layout: one row per (m, ρ), "mean ± sem" per method."""
     lines = ["| m | ρ | sample | DKPS | PKPS |", "|---|---|---|---|---|"]
     for (m, rho), rows in summary.groupby(["budget", "rho"], sort=True):
         cells = rows.set_index("method")

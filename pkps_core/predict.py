@@ -87,7 +87,7 @@ def build_context(
     space_params = dict(space_params or {})
     if target_mask is not None and target_mask.any():
         # unequal budgets (dense references, thin targets): the U-statistic, unbiased at
-        # any budget, unless the caller chose (README, "The numerics": the measurement)
+        # any budget, unless the caller chose (docs/results/self-pairs.md: the measurement)
         space_params.setdefault("self_pairs", "exclude")
         # the shadows choose the bandwidth for the targets' budget; thin targets may need
         # a wider query kernel than the references' own cross-validation ever picks
@@ -241,8 +241,8 @@ def predict(
 
 def _output_reference(context: PredictionContext) -> np.ndarray:
     """The ``reference_score`` column: the input's, or where the input has none at all
-    (README, "Input"), each reference model's sample score (targets: NaN — a new model's
-    few responses are not a reference)."""
+    (docs/reference/input-schema.md), each reference model's sample score (targets: NaN —
+    a new model's few responses are not a reference)."""
     given = context.reference_score
     if np.isfinite(given).any():
         return given

@@ -246,7 +246,7 @@ def validate_records(
     ----------
     records : DataFrame
         One row per (model, task, query) response, with the :data:`CANONICAL_COLUMNS`
-        (the README's "Input: the canonical CSV / Parquet schema").
+        (``docs/reference/input-schema.md``).
     require_scores : bool, default=False
         If True, every row needs a finite ``score``. Otherwise NaN scores are allowed and
         such rows only contribute their response to the perspective space.

@@ -1,4 +1,4 @@
-"""bench/synthetic_table.py: the README's synthetic table, its layout and one seed's claims."""
+"""bench/synthetic_table.py (docs/results/synthetic.md): its layout and one seed's claims."""
 
 from __future__ import annotations
 

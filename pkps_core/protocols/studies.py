@@ -1,4 +1,4 @@
-"""Small seeded study drivers shared by tests, benchmarks and the README tables.
+"""Small seeded study drivers shared by tests, benchmarks and the tables of docs/results/.
 
 :func:`synthetic_query_efficiency` (PKPS Figure 2a–b on the synthetic generator) and
 :func:`estimation_gap_study` (the second paper's estimation gap on a 2PL item bank,

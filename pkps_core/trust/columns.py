@@ -22,7 +22,7 @@ from pkps_core.trust.intervals import DEFAULT_LEVEL, MAX_FOLDS, prediction_inter
 #       cell without one gets the score range (nothing observed like it vouches for less);
 #   "mondrian": "bounded", and the cells no check warned are calibrated only on the
 #       shadow cells no check warned.
-# Measured on AlpacaEval (README, "new-model protocol"): "bounded" is the only one whose
+# Measured on AlpacaEval (docs/results/new-model.md): "bounded" is the only one whose
 # coverage is within 0.85–0.95 for every method at every m in both modes.
 WARNED_INTERVALS = "bounded"
 WARNED_CHOICES = ("widen", "bounded", "mondrian")

@@ -8,7 +8,7 @@ like the targets, :mod:`pkps_core.methods.shadows`), so the residuals are at the
 budget; ``unit="families"`` makes the quantile count families, not cells
 (:func:`grouped_conformal_quantile`: a new model arrives as a whole family whose cells share
 their errors), which on AlpacaEval fixes the under-coverage at m = 2 but doubles the widths
-and over-covers elsewhere (README / the issue-15 report), so cells stay the default.
+and over-covers elsewhere (docs/results/new-model.md), so cells stay the default.
 Why and how, in full: ``docs/explanation/trust.md``.
 
 References
