@@ -256,10 +256,19 @@ def _placed(
     """The predictor's rows (model, task, prediction, lower, upper, note) for ``models``,
     each placed as new on its own, its stored rows hidden (one call per model: the
     predictor hides every renamed model of a call from all models of that call)."""
+    chosen = records[records["model"].isin(models)]
+    # the profiles the fit has not calibrated (models that answered only some tasks:
+    # one each), side by side on the machine's threads, before the placements read them
+    predictor.calibrate(
+        chosen,
+        progress=None
+        if progress is None
+        else lambda fraction, message: progress(0.8 * fraction, message),
+    )
     frames = []
     for k, model in enumerate(models):
         if progress is not None:
-            progress(k / len(models), f"placing {model}")
+            progress(0.8 + 0.2 * k / len(models), f"placing {model}")
         frames.append(predictor.predict(records[records["model"] == model], level=level))
     if progress is not None:
         progress(1.0, "placed")

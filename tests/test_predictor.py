@@ -335,3 +335,25 @@ def test_a_profile_on_nystrom_reference_sums_keeps_them_and_adds_exact_shadow_pa
             # the references' pairs are the approximation, not the exact sums
             block = np.ix_(position, position)
             assert np.abs(mine[block] - truth[block]).max() > 1e-9
+
+
+def test_calibrating_the_off_grid_profiles_side_by_side_gives_the_same_predictions(cache):
+    # models that answered only some tasks each need a profile of their own; calibrate()
+    # makes them on two threads before the placements, predict() one by one on first use
+    _, references, thin, new_models = cache
+    tasks = sorted(thin["task"].unique())
+    partial = pd.concat(
+        [
+            thin[(thin["model"] == new_models[0]) & thin["task"].isin(tasks[:2])],
+            thin[(thin["model"] == new_models[1]) & thin["task"].isin(tasks[1:])],
+        ],
+        ignore_index=True,
+    )
+    ahead = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(references, lazy=True)
+    on_use = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(references, lazy=True)
+    assert ahead.calibrate(partial, threads=2) == 2
+    assert ahead.calibrate(partial) == 0  # held now
+    assert len(ahead.profiles_) == 2 and not on_use.profiles_
+    for model in new_models:
+        one = partial[partial["model"] == model]
+        pd.testing.assert_frame_equal(ahead.predict(one), on_use.predict(one))

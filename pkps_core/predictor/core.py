@@ -263,7 +263,7 @@ class ReferencePredictor:
         self._base_lock = threading.Lock()
         try:
             with single_threaded_blas():
-                self._calibrate_all(profiles, progress)
+                self._calibrate_all(profiles, progress, self._pool.threads)
         finally:
             self.__dict__.pop("_pool").close()
             self.__dict__.pop("_base_lock")
@@ -274,7 +274,7 @@ class ReferencePredictor:
         self.fit_seconds_ = time.perf_counter() - started
         return self
 
-    def _calibrate_all(self, profiles: list[Profile], progress) -> None:
+    def _calibrate_all(self, profiles: list[Profile], progress, threads: int) -> None:
         """Every profile on the fit's threads. A budget's first profile computes the
         spaces its other modes reuse, so those wait for it; the first profiles start
         largest budget first and the others (a fraction of the time: they reuse the spaces)
@@ -285,7 +285,7 @@ class ReferencePredictor:
         for profile in profiles:
             by_budget.setdefault((profile.budget, profile.tasks), []).append(profile)
         groups = [by_budget[key] for key in sorted(by_budget, key=lambda k: -k[0])]
-        threads = min(self._pool.threads, len(groups))
+        threads = min(threads, len(groups))
         if threads <= 1:
             for k, profile in enumerate(profiles):
                 if progress is not None:
@@ -617,6 +617,21 @@ class ReferencePredictor:
         if not hasattr(self, "profiles_"):
             raise RuntimeError("the predictor is not fitted; call fit() or load it from a store")
         new, renamed = self._new_records(records)
+        groups = self._profile_groups(new)
+        frames, contexts = [], []
+        with single_threaded_blas():  # small products: BLAS's own threads only spin
+            for profile, models in groups.values():
+                calibration = self._calibration(profile)
+                part = new[new["model"].isin(models)]
+                context = self._placement_context(calibration, part, renamed)
+                frames.append(self._predict_placed(calibration, context, level, renamed))
+                contexts.append((context, models))
+        out = pd.concat(frames, ignore_index=True)
+        out["model"] = out["model"].map(lambda m: renamed.get(m, m))
+        return out.sort_values(["model", "task"], kind="stable").reset_index(drop=True), contexts
+
+    def _profile_groups(self, new: pd.DataFrame) -> dict[str, tuple[Profile, list[str]]]:
+        """The new models by profile: key -> (profile, models) (:func:`profile_of`)."""
         groups: dict[str, tuple[Profile, list[str]]] = {}
         counts = (
             new.groupby(["model", "task"], sort=True, observed=True)
@@ -632,17 +647,46 @@ class ReferencePredictor:
         for model, row in zip(counts.index, counts.to_numpy(), strict=True):
             profile = profile_of(row, bool(with_scores[model]), self.tasks_, self.budgets)
             groups.setdefault(profile.key, (profile, []))[1].append(str(model))
-        frames, contexts = [], []
-        with single_threaded_blas():  # small products: BLAS's own threads only spin
-            for profile, models in groups.values():
-                calibration = self._calibration(profile)
-                part = new[new["model"].isin(models)]
-                context = self._placement_context(calibration, part, renamed)
-                frames.append(self._predict_placed(calibration, context, level, renamed))
-                contexts.append((context, models))
-        out = pd.concat(frames, ignore_index=True)
-        out["model"] = out["model"].map(lambda m: renamed.get(m, m))
-        return out.sort_values(["model", "task"], kind="stable").reset_index(drop=True), contexts
+        return groups
+
+    def calibrate(
+        self,
+        records: pd.DataFrame,
+        *,
+        progress: Callable[[float, str], None] | None = None,
+        threads: int | None = None,
+    ) -> int:
+        """Calibrate now, side by side on ``threads`` threads (default: as many as BLAS
+        may use), every profile the new models of ``records`` need that the predictor
+        holds neither in memory nor in its stored fit: a model that answered only some
+        tasks needs one of its own (about a second each on the demo store), which
+        :meth:`predict` would otherwise calibrate on first use, one after another. The
+        same calibrations either way (a profile does not depend on the order). Returns
+        how many were calibrated."""
+        if not hasattr(self, "profiles_"):
+            raise RuntimeError("the predictor is not fitted; call fit() or load it from a store")
+        new, _ = self._new_records(records)
+        stored = getattr(self, "_stored", {})
+        profiles = [
+            profile
+            for key, (profile, _) in self._profile_groups(new).items()
+            if key not in self.profiles_ and key not in stored
+        ]
+        if profiles:
+            added_lock = "_base_lock" not in self.__dict__
+            if added_lock:
+                self._base_lock = threading.Lock()
+            try:
+                with single_threaded_blas():
+                    self._calibrate_all(
+                        profiles,
+                        progress,
+                        WorkerPool(threads).threads,
+                    )
+            finally:
+                if added_lock:
+                    self.__dict__.pop("_base_lock", None)
+        return len(profiles)
 
     def _calibration(self, profile: Profile) -> _Calibration:
         """The profile's calibration: in memory, restored from a stored fit, or fitted now
