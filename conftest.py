@@ -1,15 +1,16 @@
-"""pytest's rootdir conftest: it puts the repo root on ``sys.path`` for the app's modules.
+"""pytest's rootdir conftest: the quick/slow ordering of the test files.
 
-``app_shared`` and the page scripts sit beside ``app.py`` and are not part of the installed
-package; ``streamlit run app.py`` puts this folder on ``sys.path``, and pytest does the same
-for the folder of a rootdir ``conftest.py`` (its default ``prepend`` import mode). The
-library needs no path setup: ``make test`` installs it (``pip install -e .``).
+The library (``pkps_core``) and the app (``perspective_app``) come from the installed package
+(``make test``: ``pip install -e .``); pytest also puts this folder on ``sys.path`` (the
+folder of a rootdir ``conftest.py``, its default ``prepend`` import mode), as ``streamlit run
+app.py`` does, so a checkout's tests find both without an install too.
 """
 
 import os
 
-# The app compiles UMAP in a background thread at start (app_shared.start_umap_warmup); in
-# the test processes that is ~25 s of CPU no test needs (the tests that use UMAP pay it).
+# The app compiles UMAP in a background thread at start
+# (perspective_app.shared.start_umap_warmup); in the test processes that is ~25 s of CPU no
+# test needs (the tests that use UMAP pay it).
 os.environ.setdefault("PKPS_UMAP_WARMUP", "0")
 
 

@@ -7,8 +7,8 @@ Run from the repository root (about 15 minutes on 2 shared cores)::
 The stores are built under a temporary folder (the demo store from its generator, the
 AlpacaEval-40 store ingested from ``../shared/data/alpaca_eval/alpaca_eval_40.parquet``;
 skipped when that file is absent). Each control is timed through the functions its page
-calls (``app_shared``'s cached loads and fits, run outside a Streamlit server, and the
-library), in the order a user meets them: open the store, the first fit of each page, then
+calls (``perspective_app.shared``'s cached loads and fits, run outside a Streamlit server,
+and the library), in the order a user meets them: open the store, the first fit of each page, then
 each control changed once from the page's defaults. A control whose work is already kept
 (a cache hit) is timed as such: that is what the user waits for. Prints one Markdown table
 (seconds per store) and the two ratios of issue 38's Done-when line.
@@ -67,7 +67,7 @@ class Timer:
 
 
 def time_store(path: str) -> tuple[list[dict], dict]:
-    import app_shared as shared
+    from perspective_app import shared
     from pkps_core import protocols, views
     from pkps_core.views import comparison
     from pkps_core.views.comparison_figure import comparison_figure

@@ -28,12 +28,13 @@ DEMO_SETTINGS = {
 
 def data_dir() -> Path:
     """Where the app keeps its stores: ``$PKPS_DATA_DIR`` if set; else ``<checkout>/data``
-    when the package runs from a checkout (``app.py`` beside it); else the user data
-    directory, ``$XDG_DATA_HOME/perspective-explorer`` (default ``~/.local/share/...``)."""
+    when the package runs from a checkout (``app.py`` and ``pyproject.toml`` beside it; an
+    installed wheel has neither in ``site-packages``); else the user data directory,
+    ``$XDG_DATA_HOME/perspective-explorer`` (default ``~/.local/share/...``)."""
     configured = os.environ.get(DATA_DIR_ENV, "").strip()
     if configured:
         return Path(configured).expanduser().resolve()
-    if (_PACKAGE_PARENT / "app.py").is_file() and (_PACKAGE_PARENT / "app_pages").is_dir():
+    if (_PACKAGE_PARENT / "app.py").is_file() and (_PACKAGE_PARENT / "pyproject.toml").is_file():
         return _PACKAGE_PARENT / "data"
     user_data = os.environ.get("XDG_DATA_HOME", "").strip()
     base = Path(user_data).expanduser() if user_data else Path.home() / ".local" / "share"

@@ -1,5 +1,5 @@
 """Reading the app's alerts in AppTest: a fixed headline, then the user-derived detail as a
-literal code block inside the same box (``app_shared.widgets.alert``)."""
+literal code block inside the same box (``perspective_app.shared.widgets.alert``)."""
 
 from __future__ import annotations
 

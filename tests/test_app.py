@@ -18,7 +18,7 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.demo import DATA_DIR_ENV, DEMO_SETTINGS, ensure_demo_store
 from pkps_core.predict import OUTPUT_COLUMNS
 from pkps_core.store import Store

@@ -14,14 +14,14 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core import report as reports
 from pkps_core.demo import DATA_DIR_ENV, ensure_demo_store
 from pkps_core.store import Store
 from pkps_core.views.new_model import new_model_report
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = "app_pages/new_model.py"
+PAGE = "perspective_app/app_pages/new_model.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EXTERNAL_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(?:https?:)?//", re.IGNORECASE)
 

@@ -13,11 +13,11 @@ import pytest
 from figure_rules import figure_problems
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.demo import DATA_DIR_ENV, ensure_demo_store
 
 ROOT = Path(__file__).resolve().parents[1]
-NEW_MODEL_PAGE = "app_pages/new_model.py"
+NEW_MODEL_PAGE = "perspective_app/app_pages/new_model.py"
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,7 @@ ICON = re.compile(r"""icon\s*=\s*(["'])(.*?)\1""")
 def test_every_icon_in_the_app_is_a_material_symbol():
     sources = [
         ROOT / "app.py",
-        *sorted((ROOT / "app_shared").glob("*.py")),
-        *sorted((ROOT / "app_pages").glob("*.py")),
+        *sorted((ROOT / "perspective_app").rglob("*.py")),
     ]
     icons = [
         (path.name, match.group(2))

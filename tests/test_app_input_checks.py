@@ -9,7 +9,7 @@ from alerts import details, headline
 from new_model_uploads import UPLOADED
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.demo import ensure_demo_store
 from pkps_core.store import Store
 
@@ -44,7 +44,7 @@ def test_new_model_refuses_percent_scores_and_unknown_tasks_then_maps_them(demo_
     upload = scored_upload(demo_store)
     tasks = sorted(upload["task"].unique())
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
-    at.switch_page("app_pages/new_model.py").run()
+    at.switch_page("perspective_app/app_pages/new_model.py").run()
     at.radio(key="new_model_source").set_value("Upload its responses").run()
 
     percent = upload.assign(score=upload["score"] * 100).to_csv(index=False).encode()
@@ -78,7 +78,7 @@ def test_data_page_refuses_percent_scores_unless_ticked(demo_store, tmp_path):
     upload = scored_upload(demo_store).assign(model="pct/model")
     percent = upload.assign(score=upload["score"] * 100).to_csv(index=False).encode()
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
-    at.switch_page("app_pages/data.py").run()
+    at.switch_page("perspective_app/app_pages/data.py").run()
     at.file_uploader(key="data_upload").set_value(("p.csv", percent, "text/csv")).run()
     at.radio[0].set_value("the active store").run()
     next(b for b in at.button if b.label == "Import").click().run()

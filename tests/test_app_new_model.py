@@ -11,13 +11,13 @@ from alerts import details
 from new_model_uploads import UPLOADED, twenty_unscored_responses
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.demo import DEMO_SETTINGS, ensure_demo_store
 from pkps_core.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-PAGE = "app_pages/new_model.py"
+PAGE = "perspective_app/app_pages/new_model.py"
 TIMEOUT = 600
 
 

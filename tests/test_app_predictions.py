@@ -11,7 +11,7 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.demo import ensure_demo_store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
-from app_shared import background
+from perspective_app import shared
+from perspective_app.shared import background
 from pkps_core import views
 from pkps_core.demo import ensure_demo_store
 from pkps_core.views import comparison

@@ -11,7 +11,7 @@ import pytest
 from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.demo import DATA_DIR_ENV, ensure_demo_store
 from pkps_core.views.columns import undocumented
 from pkps_core.views.widths import INDEX, MAX_WIDTH, display_texts, header_width, required_width
@@ -22,8 +22,9 @@ PAGES = [
     shared.SPACE_PAGE,
     shared.PREDICTIONS_PAGE,
     shared.EXPERIMENTS_PAGE,
-    "app_pages/new_model.py",
+    "perspective_app/app_pages/new_model.py",  # relative to app.py, as a test names it
 ]
+PAGE_IDS = [Path(page).stem for page in PAGES]  # the pages' paths are absolute
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def _tables(at: AppTest) -> list[tuple[list[str], dict]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
 def test_every_column_of_every_table_has_a_tooltip(rendered, page):
     at = rendered(page)
     tables = _tables(at)
@@ -112,7 +113,7 @@ def _shown_columns(frame) -> list[tuple[str, object, list]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
 def test_every_column_of_every_table_fits_its_header_and_cells(rendered, page):
     """Each column has a width in px at least the estimated width of its header (with the
     grid's padding and column menu) and of its longest displayed cell text; long free
@@ -133,5 +134,5 @@ def test_every_column_of_every_table_fits_its_header_and_cells(rendered, page):
 
 
 def test_pages_draw_tables_only_through_the_helper():
-    for path in sorted((ROOT / "app_pages").glob("*.py")):
+    for path in sorted((ROOT / "perspective_app" / "app_pages").glob("*.py")):
         assert not re.search(r"\.dataframe\(", path.read_text(encoding="utf-8")), path.name

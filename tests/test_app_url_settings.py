@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
-PREDICTIONS = str(ROOT / "app_pages" / "predictions.py")
-NEW_MODEL = str(ROOT / "app_pages" / "new_model.py")
+PREDICTIONS = str(ROOT / "perspective_app" / "app_pages" / "predictions.py")
+NEW_MODEL = str(ROOT / "perspective_app" / "app_pages" / "new_model.py")
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.demo import ensure_demo_store
 from pkps_core.space import RESPONSE_KERNEL_NOTE
 from pkps_core.views.new_model import run_status

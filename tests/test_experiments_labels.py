@@ -18,7 +18,7 @@ from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = str(ROOT / "app_pages" / "experiments.py")
+PAGE = str(ROOT / "perspective_app" / "app_pages" / "experiments.py")
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = str(ROOT / "app_pages" / "experiments.py")
+PAGE = str(ROOT / "perspective_app" / "app_pages" / "experiments.py")
 
 
 def _store(path, records, monkeypatch):
@@ -76,6 +76,6 @@ def test_experiments_page_is_in_the_app_navigation(tmp_path, monkeypatch):
     monkeypatch.setenv("PKPS_STORE", str(tmp_path / "nav.duckdb"))
     app = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
     assert not app.exception
-    app.switch_page("app_pages/experiments.py").run()
+    app.switch_page("perspective_app/app_pages/experiments.py").run()
     assert not app.exception
     assert any("Experiments" in t.value for t in app.title)

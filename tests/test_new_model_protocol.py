@@ -17,7 +17,7 @@ from pkps_core.views.columns import undocumented
 from pkps_core.views.widths import column_widths
 
 FAST = {"response_kernel": "rbf", "query_bandwidth": "median"}
-PAGE = str(Path(__file__).resolve().parents[1] / "app_pages" / "experiments.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "perspective_app" / "app_pages" / "experiments.py")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core import views
 from pkps_core.demo import ensure_demo_store
 from pkps_core.space.kernels import ResponseLayout

@@ -7,7 +7,7 @@ import pytest
 from alerts import details
 from streamlit.testing.v1 import AppTest
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core import views
 from pkps_core.demo import ensure_demo_store
 

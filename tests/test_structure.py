@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import perspective_app
 import pkps_core
 from pkps_core.space import PerspectiveSpace, runtime
 from pkps_core.space.sums import FactorizedSums
 from pkps_core.synthetic import make_synthetic
 
 PACKAGE_DIR = Path(pkps_core.__file__).resolve().parent
+APP_DIR = Path(perspective_app.__file__).resolve().parent
 MAX_LINES = 500
 # Lower layers never import higher ones (STYLE.md: records → store/importers → space →
 # methods → trust → predict → protocols → views → pages). Same-layer imports are allowed.
@@ -139,23 +141,63 @@ def test_methods_never_import_predict_or_trust():
             assert not bad, f"{module} imports {bad}"
 
 
-def test_library_never_imports_streamlit():
+def _imported_tops(path: Path) -> set[str]:
+    """The top-level packages ``path`` imports anywhere (absolute imports)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add((node.module or "").split(".")[0])
+    return found
+
+
+def test_import_finder_sees_function_level_imports(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import os\ndef f():\n    from streamlit.x import y\n", encoding="utf-8")
+    assert _imported_tops(module) == {"os", "streamlit"}
+
+
+def test_library_never_imports_streamlit_nor_the_app():
+    """pkps_core is the library: the app (perspective_app) and Streamlit sit above it."""
     for path in PACKAGE_DIR.rglob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            names = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
+        assert not _imported_tops(path) & {"streamlit", "perspective_app"}, path
+
+
+def test_no_module_imports_a_page_script():
+    """The page scripts (perspective_app/app_pages/) are run by Streamlit, one per page:
+    what two pages need is in perspective_app.shared, never imported from a page."""
+    importers = [
+        path
+        for path in [*APP_DIR.rglob("*.py"), *(PACKAGE_DIR.parent / "tests").rglob("*.py")]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom | ast.Import)
+        and any(
+            "app_pages" in name
+            for name in (
+                [node.module or ""]
                 if isinstance(node, ast.ImportFrom)
-                else []
+                else [a.name for a in node.names]
             )
-            assert not any(n.split(".")[0] == "streamlit" for n in names), path
+        )
+    ]
+    assert importers == []
+
+
+def test_streamlit_main_script_has_no_pages_folder_beside_it():
+    """Streamlit takes a ``pages/`` folder beside the main script for its older multipage
+    mode, and a server's first run then shows the page alone, without the navigation and
+    sidebar of ``main.py`` (seen with ``pkps app``): the page scripts are in ``app_pages/``."""
+    assert (APP_DIR / "main.py").is_file()
+    assert not (APP_DIR / "pages").exists()
+    assert not (PACKAGE_DIR.parent / "pages").exists()  # beside the checkout's app.py
+    assert sorted(p.name for p in (APP_DIR / "app_pages").glob("*.py")) != []
 
 
 def test_modules_are_short_or_say_why():
     long = []
-    for name, path in _modules().items():
+    app_modules = {str(p.relative_to(APP_DIR.parent)): p for p in sorted(APP_DIR.rglob("*.py"))}
+    for name, path in (_modules() | app_modules).items():
         text = path.read_text(encoding="utf-8")
         docstring = ast.get_docstring(ast.parse(text)) or ""
         if len(text.splitlines()) > MAX_LINES and f"over {MAX_LINES} lines" not in docstring:
@@ -227,14 +269,14 @@ def test_test_modules_have_unique_names():
 
 
 def _layout_block() -> list[str]:
-    readme = (PACKAGE_DIR.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Layout", 1)[1]
+    page = (PACKAGE_DIR.parent / "docs" / "reference" / "layout.md").read_text(encoding="utf-8")
+    section = page.split("## Layout", 1)[1]
     return section.split("```", 2)[1].splitlines()
 
 
-def test_readme_layout_lists_every_module_once():
-    """The README's Layout tree has one line per module of the library, the pages and the
-    benchmarks, under its folder: a module added or moved without it fails here."""
+def test_layout_page_lists_every_module_once():
+    """docs/reference/layout.md's tree has one line per module of the library, the app and
+    the benchmarks, under its folder: a module added or moved without it fails here."""
     root = PACKAGE_DIR.parent
     listed: set[str] = set()
     folders: list[tuple[int, str]] = []  # (indent, folder) of the enclosing folder lines
@@ -252,10 +294,10 @@ def test_readme_layout_lists_every_module_once():
             listed.add(path)
     expected = {
         str(p.relative_to(root))
-        for folder in ("pkps_core", "app_pages", "app_shared", "bench")
+        for folder in ("pkps_core", "perspective_app", "bench")
         for p in (root / folder).rglob("*.py")
         if p.name != "__init__.py"
     }
     assert sorted(expected - listed) == []  # modules the Layout does not show
-    others = {"app.py", "conftest.py", "pkps_core/__init__.py"}
+    others = {"app.py", "conftest.py", "pkps_core/__init__.py", "perspective_app/__init__.py"}
     assert sorted(listed - expected - others) == []  # lines naming no module

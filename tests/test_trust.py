@@ -245,7 +245,7 @@ def test_cli_predict_writes_intervals_and_next_prints_a_ranking(sparse_predictio
 def test_predictions_page_shows_error_bars_warnings_and_next_cells(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    import app_shared as shared
+    from perspective_app import shared
     from pkps_core.demo import ensure_demo_store
 
     monkeypatch.setenv(shared.STORE_ENV, str(ensure_demo_store(tmp_path / "demo.duckdb")))

@@ -1,7 +1,7 @@
 """What each column of the app's tables means: the tooltip of every table header.
 
-The app shows every table through ``app_shared.table``, which gives each column the help
-text :func:`column_help` returns; ``tests/test_app_tables.py`` renders every page and fails
+The app shows every table through ``perspective_app.shared.table``, which gives each column
+the help text :func:`column_help` returns; ``tests/test_app_tables.py`` renders every page and fails
 on a column without one.
 """
 

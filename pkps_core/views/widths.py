@@ -2,9 +2,10 @@
 
 Streamlit's ``st.dataframe`` (glide data grid, drawn on a canvas) sizes a column from its
 header and its first rows only, and cuts longer text at the column's edge. The app's
-tables (``app_shared.table``) therefore give every column an explicit pixel width from
-:func:`column_widths`: the header label plus the grid's padding and the column menu it
-shows on hover, or the longest cell text as the grid displays it, whichever is wider.
+tables (``perspective_app.shared.table``) therefore give every column an explicit pixel
+width from :func:`column_widths`: the header label plus the grid's padding and the column
+menu it shows on hover, or the longest cell text as the grid displays it, whichever is
+wider.
 
 Text width is estimated per character from :data:`CHAR_WIDTHS`, the advance widths of
 Streamlit's default font ("Source Sans", 400, 14 px, the grid's header and cell font)

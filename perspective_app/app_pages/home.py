@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-import app_shared as shared
+from perspective_app import shared
 
 st.title("Perspective Explorer")
 st.write(

@@ -5,7 +5,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core import trust, views
 from pkps_core.predict import METHODS
 from pkps_core.records import RecordsError

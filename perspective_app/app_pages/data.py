@@ -5,7 +5,7 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core import views
 from pkps_core.demo import data_dir
 from pkps_core.records import RecordsError

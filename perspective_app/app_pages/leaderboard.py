@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core.leaderboard import (
     KIND_MARK,
     KIND_WORDS,
@@ -17,7 +17,7 @@ from pkps_core.outputs import table_bytes
 from pkps_core.predictor import StaleFit
 from pkps_core.views.leaderboard_figures import cell_map_figure, rank_figure
 
-NEW_MODEL_PAGE = "app_pages/new_model.py"
+NEW_MODEL_PAGE = shared.NEW_MODEL_PAGE
 HOLDOUT = "family"  # the New model page's default: the fitted predictor it reads
 
 

@@ -5,7 +5,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core import report as reports
 from pkps_core.records import RecordsError
 from pkps_core.uploads import UPLOAD_TYPES, match_store_tasks, read_uploads

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app_shared.pages import PAGES
+from perspective_app.shared.pages import PAGES
 from pkps_core import views
 from pkps_core.demo import data_dir, demo_path, ensure_demo_store
 from pkps_core.store import Store

@@ -3,8 +3,9 @@
 A thin page over :mod:`pkps_core.protocols`: choose a protocol, its levers and the seeds;
 each seed runs as one cached call (keyed by store path, store version and every setting),
 so the progress bar advances per seed and a rerun with the same inputs is instant. The
-store is the app's active store (:mod:`app_shared`), as on every page. The new-model protocol
-also shows its overall-score and interval tables (:func:`pkps_core.views.new_model_tables`).
+store is the app's active store (:mod:`perspective_app.shared`), as on every page. The
+new-model protocol also shows its overall-score and interval tables
+(:func:`pkps_core.views.new_model_tables`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core import protocols, views
 from pkps_core.predict import METHODS
 from pkps_core.views import experiment_figures

@@ -7,9 +7,9 @@ from pathlib import Path
 import duckdb
 import streamlit as st
 
-from app_shared.background import start_umap_warmup
-from app_shared.pages import PAGES
-from app_shared.store import (
+from perspective_app.shared.background import start_umap_warmup
+from perspective_app.shared.pages import PAGES
+from perspective_app.shared.store import (
     STORE_ENV,
     active_path,
     active_store,
@@ -20,7 +20,7 @@ from app_shared.store import (
     switch_store,
     url_name,
 )
-from app_shared.widgets import alert
+from perspective_app.shared.widgets import alert
 from pkps_core import views
 from pkps_core.demo import demo_path
 

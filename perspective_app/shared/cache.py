@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app_shared.background import UMAP_SPINNER
-from app_shared.store import open_store
+from perspective_app.shared.background import UMAP_SPINNER
+from perspective_app.shared.store import open_store
 from pkps_core import views
 from pkps_core.predict import PredictionContext, build_context, predict
 from pkps_core.protocols.masks import mask_targets

@@ -1,19 +1,22 @@
-"""What the pages share, one module per concern; ``import app_shared as shared`` reaches
-every name.
+"""What the pages share, one module per concern; ``from perspective_app import shared``
+reaches every name.
 
-- :mod:`app_shared.pages`: the page registry (scripts, titles, icons), declared once;
-- :mod:`app_shared.store`: the session's store and the settings kept in the URL;
-- :mod:`app_shared.cache`: loads and fits cached by store path, version and settings;
-- :mod:`app_shared.widgets`: tables with explained, sized columns; alerts;
-- :mod:`app_shared.background`: the UMAP warm-up and long fits with a progress estimate;
-- :mod:`app_shared.sidebar`: the store panel every page shows.
+- :mod:`~perspective_app.shared.pages`: the page registry (scripts, titles, icons), declared
+  once;
+- :mod:`~perspective_app.shared.store`: the session's store and the settings kept in the URL;
+- :mod:`~perspective_app.shared.cache`: loads and fits cached by store path, version and
+  settings;
+- :mod:`~perspective_app.shared.widgets`: tables with explained, sized columns; alerts;
+- :mod:`~perspective_app.shared.background`: the UMAP warm-up and long fits with a progress
+  estimate;
+- :mod:`~perspective_app.shared.sidebar`: the store panel every page shows.
 
 Figures are built in the library (:mod:`pkps_core.views`); pages lay them out. Widget keys
 carry their page's prefix (``data_``, ``space_``, ``pred_``, ``new_model_``, ``exp_``;
 ``switch_`` in the sidebar).
 """
 
-from app_shared.background import (
+from perspective_app.shared.background import (
     UMAP_SPINNER,
     UMAP_WARMUP_ENV,
     remaining_text,
@@ -21,7 +24,7 @@ from app_shared.background import (
     run_with_progress,
     start_umap_warmup,
 )
-from app_shared.cache import (
+from perspective_app.shared.cache import (
     INTERVAL_LEVEL,
     SLOW_FIT_SECONDS,
     PredictionKey,
@@ -40,7 +43,7 @@ from app_shared.cache import (
     rbf_estimate,
     umap_view,
 )
-from app_shared.pages import (
+from perspective_app.shared.pages import (
     DATA_PAGE,
     EXPERIMENTS_PAGE,
     HOME_PAGE,
@@ -51,8 +54,8 @@ from app_shared.pages import (
     SPACE_PAGE,
     navigation,
 )
-from app_shared.sidebar import sidebar
-from app_shared.store import (
+from perspective_app.shared.sidebar import sidebar
+from perspective_app.shared.store import (
     STORE_ENV,
     active_path,
     active_store,
@@ -69,7 +72,13 @@ from app_shared.store import (
     url_name,
     url_setting,
 )
-from app_shared.widgets import alert, column_tooltips, literal_block, table, table_config
+from perspective_app.shared.widgets import (
+    alert,
+    column_tooltips,
+    literal_block,
+    table,
+    table_config,
+)
 
 __all__ = [
     "DATA_PAGE",

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import streamlit as st
 
-import app_shared as shared
+from perspective_app import shared
 from pkps_core import views
 from pkps_core.outputs import table_bytes
 from pkps_core.records import RecordsError
