@@ -1,5 +1,8 @@
 """Command line: ``python -m pkps_core <command> …`` does the app's jobs headless.
 
+The installed ``pkps`` command (:mod:`perspective_app.cli`) is this parser under its own
+name, plus ``pkps app``.
+
 Errors in the user's input end the program with exit status 2 and one line on stderr
 that names the problem (no traceback).
 """
@@ -228,9 +231,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m pkps_core") -> argparse.ArgumentParser:
+    """Every command's parser; ``prog`` names the program in the help and usage lines."""
     parser = argparse.ArgumentParser(
-        prog="python -m pkps_core",
+        prog=prog,
         description="Predict benchmark scores from sparse, unpaired caches of responses.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -365,8 +369,10 @@ def _error(message: str) -> int:
     return 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    """Run one command (``argv``, default ``sys.argv[1:]``) with :func:`build_parser`'s
+    parser or ``parser`` (one built on it, as ``pkps``'s): input errors end with status 2."""
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     try:
         return args.run(args)
