@@ -41,8 +41,9 @@ runs them in this process (:class:`~pkps_core.space.sums.FactorizedSums` on the 
 :class:`~pkps_core.space.dask_engine.DaskBackend` as tasks on a cluster. A whole grid of
 bandwidths (:meth:`AffinityEngine.grid_sums`) is decided in lockstep: each round asks the
 backend for everything the undecided bandwidths need at once, and the exact sums wait
-until nothing else is pending, so one pass over the data serves every bandwidth that ends
-exact.
+only for the density counts (answered without a pass), so one pass over the data serves
+the exact bandwidths and the approximations together; a bandwidth whose approximation
+fails its bound takes one more.
 
 The RBF response kernel takes the exact pairwise path unless ``affinity_path="nystrom"``
 asks for more: then, from :data:`~pkps_core.space.response_nystrom.RESPONSE_NYSTROM_MIN`
@@ -114,6 +115,10 @@ class CountWithin:
     distance at most ``cutoff``."""
 
     cutoff: float
+
+
+def _exact_request(request) -> bool:
+    return isinstance(request, QueryKernel) and request.cutoff is None
 
 
 class LocalBackend:
@@ -344,9 +349,11 @@ class AffinityEngine:
     _REQUESTS = (CountWithin, QueryKernel, LowRank)
 
     def _run(self, plans: list[Plan]) -> list[kernels.KernelSums]:
-        """Advance the plans in lockstep, each round answering all they ask at once; an
-        exact kernel's sums are asked last (they end a plan), so the exact bandwidths
-        share one pass."""
+        """Advance the plans in lockstep, each round answering all they ask at once. An
+        exact kernel's sums (they end a plan) wait while a density count is pending, so
+        they join the approximations' sums (sparse, Nyström) that the counts lead to: a
+        grid whose approximations hold is then one pass over the data; a bandwidth whose
+        approximation fails adds a pass of its own."""
         done: dict[int, tuple[kernels.KernelSums, SumsReport]] = {}
         asked: dict[int, object] = {}
 
@@ -361,10 +368,9 @@ class AffinityEngine:
             for index in range(len(plans)):
                 advance(index, None)
             while asked:
-                final = {
-                    k for k, r in asked.items() if isinstance(r, QueryKernel) and r.cutoff is None
-                }
-                batch = [k for k in asked if k not in final] or sorted(asked)
+                batch = sorted(asked)
+                if any(isinstance(r, CountWithin) for r in asked.values()):
+                    batch = [k for k in batch if not _exact_request(asked[k])]
                 for index, answer in zip(
                     batch, self._answer([asked[k] for k in batch]), strict=True
                 ):

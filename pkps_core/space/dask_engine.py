@@ -2,24 +2,22 @@
 
 :class:`DaskBackend` is the :class:`~pkps_core.space.affinity.AffinityEngine`'s backend on a
 ``distributed`` cluster: the engine decides paths, bounds and reports as with the local
-backend, and the tasks here run the engine's primitives with the array functions the local
-backend runs (:func:`~pkps_core.space.sums.transfer_models`, ``scatter_y``, ``pairwise_rows``,
-``project_models``; :func:`~pkps_core.space.kernels.rbf_from_squared`), so both give one D.
+backend, and the tasks (:mod:`~pkps_core.space.dask_tasks`) run the engine's primitives
+with the array functions the local backend runs, so both give one D.
 
-The responses, with a last feature of ones (its transfer is the kernel mass, Z), are
-scattered once, twice over: in *column blocks* of consecutive models (:class:`ColumnBlock`)
-and in *query pieces* (:class:`QueryPiece`: every response to a range of queries), with the
-query vectors broadcast. One set of tasks serves all the query kernels of a round (the
-exact sums of a whole bandwidth grid come in one round): a task takes a column block and a
-run of query pieces and, per stretch s of those queries that fits ``block_bytes``, builds
-once what no bandwidth changes — the squared distances between the block's queries and s,
-and Y over s of every model up to the block's last (the upper triangle) — then per kernel
-the slab K_Q[Q_c, s] (truncated and sparse for the sparse path, the indicator for delta),
-the transfer of the block's models and its contraction with Y. The runs of a block are
-added in a tree on the cluster. The RBF response kernel: a task per pair of blocks and run
-of rows, its response kernel computed once for all query kernels. Nyström factors:
-projections per run of models (one run or more per worker thread), inner products per pair
-of runs. The sparse path's density test counts near query pairs in the client, by rows.
+The responses, with a last feature of ones, are scattered once, twice over: in column
+blocks of consecutive models and in query pieces (every response to a range of queries),
+with the query vectors broadcast. They go out from a thread of their own from the first
+question on (the density counts of a CV grid), while this process counts and decides.
+One set of tasks serves all the query kernels and Nyström factors of a round (a CV grid
+whose approximations hold is one round): a task takes a column block and a run of query
+pieces, builds the query distances and Y of its queries once and, per kernel, the slab,
+the transfer and the contraction (:func:`~pkps_core.space.dask_tasks.kernel_tile`). The
+runs of a block are added in a tree on the cluster. The RBF response kernel: a task per
+pair of blocks and run of rows, its response kernel computed once for all query kernels.
+Nyström factors: projections per run of models (one run or more per worker thread), inner
+products per pair of runs. The sparse path's density test counts near query pairs in the
+client, by rows.
 
 A pass has :data:`TASKS_PER_THREAD` tasks per worker thread, none of less than
 :data:`MIN_TASK_FLOPS` (a tenth of a second of a core): the scheduler costs a millisecond a
@@ -30,28 +28,37 @@ features, never an M × M matrix, Y or T. ``dask`` is imported only for this bac
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
-from pkps_core.space import kernels
+from pkps_core.space import dask_tasks
 from pkps_core.space.dask_inputs import SCHEDULER_ENV, connect, resolve_client
-from pkps_core.space.runtime import borrow_buffer
-from pkps_core.space.sums import pairwise_rows, project_models, scatter_y, transfer_models
+from pkps_core.space.dask_tasks import (
+    add_sums,
+    column_blocks,
+    even_edges,
+    inner_tile,
+    kernel_tile,
+    pairwise_tile,
+    project,
+    query_distances,
+    query_pieces,
+)
 
 # the names the command line takes from here, the cluster's address and connection with them
 __all__ = ["SCHEDULER_ENV", "DaskBackend", "connect", "dask_backend", "reporting_progress"]
-SPARSE_SLAB_DENSITY = 0.1  # truncated kernel slabs this sparse are multiplied as CSR
-MIN_QUERY_SPAN = 64  # queries of a query piece, at least
 TASKS_PER_THREAD = 2  # tasks of a pass per worker thread (for balance), at most ...
 MIN_TASK_FLOPS = 2e9  # ... while each keeps at least this much work (~0.15 s of one core)
 PROGRESS_SECONDS = 0.5
+_COUNTING = threading.Lock()
 
 # The CLI's progress callback (done, total, label) for the current fit's tasks (per context)
 _PROGRESS: contextvars.ContextVar[Callable[[int, int, str], None] | None] = contextvars.ContextVar(
@@ -76,212 +83,6 @@ def dask_backend(client=None) -> Callable:
     return functools.partial(DaskBackend, client=client)
 
 
-@dataclass(frozen=True)
-class ColumnBlock:
-    """The responses of consecutive models [start, stop), as one scattered piece.
-
-    ``features_t`` holds the features feature-major (the gather's operand), with a last
-    row of ones; ``queries`` are the unique queries the block answered, ``local_query``
-    each response's position among them, ``bounds`` the models' responses.
-    """
-
-    start: int
-    stop: int
-    bounds: np.ndarray
-    features_t: np.ndarray
-    query: np.ndarray
-    queries: np.ndarray
-    local_query: np.ndarray
-
-    n_models = property(lambda self: self.stop - self.start)
-    features = property(lambda self: self.features_t.T, doc="The features, response-major.")
-    nbytes = property(lambda self: self.features_t.nbytes)
-
-
-@dataclass(frozen=True)
-class QueryPiece:
-    """Every response to the unique queries [q_lo, q_hi), in model order: its model
-    (``owner``), query and features (ending in a column of ones)."""
-
-    q_lo: int
-    q_hi: int
-    owner: np.ndarray
-    query: np.ndarray
-    features: np.ndarray
-    nbytes = property(lambda self: self.features.nbytes)
-
-
-def column_blocks(layout, augmented: np.ndarray, block_bytes: int) -> list[ColumnBlock]:
-    """Consecutive model ranges whose responses (and transfer) fit ``block_bytes``."""
-    width, bounds = augmented.shape[1], layout.model_bounds
-    max_models = max(1, block_bytes // (8 * width * MIN_QUERY_SPAN))
-    max_rows = max(1, block_bytes // (8 * width))
-    blocks, start = [], 0
-    while start < layout.n_models:
-        fits = np.searchsorted(bounds, bounds[start] + max_rows, side="right") - 1
-        stop = int(np.clip(fits, start + 1, min(layout.n_models, start + max_models)))
-        lo, hi = bounds[start], bounds[stop]
-        queries, local_query = np.unique(layout.query_idx[lo:hi], return_inverse=True)
-        features_t = np.ascontiguousarray(augmented[lo:hi].T)
-        answers = layout.query_idx[lo:hi], queries, local_query.ravel()
-        blocks.append(ColumnBlock(start, stop, bounds[start : stop + 1] - lo, features_t, *answers))
-        start = stop
-    return blocks
-
-
-def query_pieces(layout, augmented: np.ndarray, edges: np.ndarray) -> list[QueryPiece]:
-    """The responses split by the query ranges between ``edges``."""
-    piece = np.searchsorted(edges, layout.query_idx, side="right") - 1
-    order = np.argsort(piece, kind="stable")  # model order kept within a piece
-    bounds = np.searchsorted(piece[order], np.arange(len(edges)))
-    return [
-        QueryPiece(
-            int(edges[k]),
-            int(edges[k + 1]),
-            layout.model_idx[order[bounds[k] : bounds[k + 1]]],
-            layout.query_idx[order[bounds[k] : bounds[k + 1]]],
-            augmented[order[bounds[k] : bounds[k + 1]]],
-        )
-        for k in range(len(edges) - 1)
-    ]
-
-
-def query_distances(query_vectors, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Squared distances between the unique queries ``rows`` and ``cols`` (both sorted),
-    0 between a query and itself (as the local backend's zeroed diagonal)."""
-    sq = kernels.squared_distances(query_vectors[rows], query_vectors[cols])
-    _, at_row, at_col = np.intersect1d(rows, cols, assume_unique=True, return_indices=True)
-    sq[at_row, at_col] = 0.0
-    return sq
-
-
-def kernel_tile(column, first, last, pieces, *, query_vectors, query_kernels, block_bytes):
-    """Partial N and Z of the models up to the column block's model ``last`` (rows) ×
-    its models [first, last) (columns) over the queries of ``pieces`` (consecutive), for
-    each query kernel: arrays of shape (kernels, rows, last − first)."""
-    lo_r, hi_r = column.bounds[first], column.bounds[last]
-    bounds = column.bounds[first : last + 1] - lo_r
-    features_t = column.features_t[:, lo_r:hi_r]
-    features, query = features_t.T, column.query[lo_r:hi_r]
-    queries, local_query = np.unique(query, return_inverse=True)
-    local_query = local_query.ravel()
-    width, k, n_rows = features_t.shape[0], last - first, column.start + last
-    numerator = np.zeros((len(query_kernels), n_rows, k))
-    denominator = np.zeros_like(numerator)
-    row_owner, row_query, row_features = (
-        np.concatenate([getattr(piece, name) for piece in pieces])
-        for name in ("owner", "query", "features")
-    )
-    rows = row_owner < n_rows  # the upper triangle
-    row_owner, row_query, row_features = row_owner[rows], row_query[rows], row_features[rows]
-    owner = np.repeat(np.arange(k), np.diff(bounds))
-    q_lo, q_hi = pieces[0].q_lo, pieces[-1].q_hi
-    per_query = 8 * ((n_rows + 2 * k) * width + 2 * len(queries))  # Y, T, distances, kernel
-    stretches = _even_edges(q_lo, q_hi, -(-(q_hi - q_lo) * per_query // block_bytes))
-    most = max(hi - lo for lo, hi in stretches)
-    sizes = np.array([n_rows, k, k]) * width * most
-    # one buffer for all (fresh memory costs page faults, on every allocation where the
-    # workers' malloc returns freed memory at once, as Dask's nannies set it)
-    with borrow_buffer(int(sizes.sum() + len(queries) * most)) as buffer:
-        y_buffer, transfer_buffer, delta_buffer, kernel_buffer = np.split(buffer, np.cumsum(sizes))
-        for lo, hi in stretches:
-            y = scatter_y(row_features, row_owner, row_query, n_rows, lo, hi, y_buffer)
-            transfer = transfer_buffer[: k * width * (hi - lo)].reshape(k, width, hi - lo)
-            sq = None
-            for index, kernel in enumerate(query_kernels):
-                into = (numerator[index], denominator[index])
-                if kernel.bandwidth <= 0:  # delta: T = Y of the column models
-                    delta = scatter_y(features, owner, query, k, lo, hi, delta_buffer)
-                    _contract(y, delta, *into)
-                    continue
-                if sq is None:  # the distances, the same for every kernel
-                    sq = query_distances(query_vectors, queries, np.arange(lo, hi))
-                kept = None if kernel.cutoff is None else sq <= kernel.cutoff
-                if kept is not None and np.count_nonzero(kept) <= SPARSE_SLAB_DENSITY * sq.size:
-                    if not kept.any():  # the sparse path, nothing kept
-                        continue
-                    slab = kernels.truncated_rbf(sq, kernel.bandwidth, kernel.cutoff)
-                else:
-                    slab = kernel_buffer[: sq.size].reshape(sq.shape)
-                    kernels.rbf_from_squared(sq, kernel.bandwidth, out=slab)
-                    if kept is not None:  # the sparse path: entries below ε dropped
-                        slab[~kept] = 0.0
-                transfer_models(
-                    slab, features, local_query, bounds, transfer, features_t=lambda: features_t
-                )
-                _contract(y, transfer, *into)
-    return numerator, denominator
-
-
-def _even_edges(lo: int, hi: int, parts: int):
-    """``parts`` (at least one, at most hi − lo) consecutive ranges of near-equal size."""
-    edges = np.linspace(lo, hi, int(np.clip(parts, 1, max(1, hi - lo))) + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-
-
-def _contract(y, transfer, numerator, denominator) -> None:
-    """Add ``<Y_r, T_j>`` of every row r and column j to N, and of the ones feature to Z
-    (the rows run up to the columns' last model: the upper triangle, by blocks)."""
-    p, rows = transfer.shape[1] - 1, y.shape[0]
-    numerator += y[:, :p].reshape(rows, -1) @ transfer[:, :p].reshape(len(transfer), -1).T
-    denominator += y[:, p] @ transfer[:, p].T
-
-
-def pairwise_tile(row_block, col_block, lo, hi, *, query_vectors, query_kernels, bandwidth, rows):
-    """N and Z of the row block's responses [lo, hi) × the column block with the RBF
-    response kernel over every response pair (:func:`~pkps_core.space.sums.pairwise_rows`),
-    for each query kernel: (kernels, row models, column models)."""
-    query = row_block.query[lo:hi]
-
-    def blocks(chunk):
-        sq, found = None, []
-        for kernel in query_kernels:
-            if kernel.bandwidth <= 0:
-                found.append((query[chunk, None] == col_block.query[None, :]).astype(float))
-                continue
-            if sq is None:  # between the queries of the pairs, once for all kernels
-                queries, local = np.unique(query[chunk], return_inverse=True)
-                sq = query_distances(query_vectors, queries, col_block.queries)
-                sq = sq[local.ravel()][:, col_block.local_query]
-            found.append(kernels.rbf_from_squared(sq, kernel.bandwidth))
-        return found
-
-    owner = np.repeat(np.arange(row_block.n_models), np.diff(row_block.bounds))[lo:hi]
-    numerator, denominator = pairwise_rows(
-        row_block.features[lo:hi, :-1],
-        owner,
-        col_block.features[:, :-1],
-        col_block.bounds[:-1],
-        blocks,
-        "rbf",
-        bandwidth,
-        rows,
-    )
-    shape = (len(query_kernels), row_block.n_models, col_block.n_models)
-    full = np.zeros((2, *shape))
-    full[:, :, : numerator.shape[1]] = numerator, denominator
-    return full[0], full[1]
-
-
-def project(block, factor, lo: int, hi: int):
-    """``Φ[Q_i]^T [X_i, 1]`` of the block's models [lo, hi) (local indices), split into
-    the features' part (models, rank·p) and the ones' (models, rank)."""
-    rows = slice(block.bounds[lo], block.bounds[hi])
-    bounds = block.bounds[lo : hi + 1] - block.bounds[lo]
-    projected = project_models(factor, block.features[rows], block.query[rows], bounds)
-    flat = np.ascontiguousarray(projected[:, :, :-1]).reshape(hi - lo, -1)
-    return flat, np.ascontiguousarray(projected[:, :, -1])
-
-
-def inner_tile(left, right):
-    """N and Z of two runs of models from their projections: (1, rows, columns) each."""
-    return (left[0] @ right[0].T)[None], (left[1] @ right[1].T)[None]
-
-
-def add_sums(left, right):
-    return left[0] + right[0], left[1] + right[1]
-
-
 class DaskBackend:
     """The engine's primitives as tasks on the cluster of ``client`` (a client, an address
     or None: :func:`~pkps_core.space.dask_inputs.resolve_client`; one it connected is
@@ -300,12 +101,16 @@ class DaskBackend:
             self.client, self._owns_client = source.client, False
             self.task_counts, self.bytes_moved = source.task_counts, source.bytes_moved
         self._source = source
+        self._sender = concurrent.futures.ThreadPoolExecutor(1, "pkps-scatter")
+        self._sent: concurrent.futures.Future | None = None
+        self._lock, self._query_future = threading.Lock(), None
 
     def sharing(self, engine) -> DaskBackend:
         """A backend over ``engine``'s features on the same cluster."""
         return DaskBackend(engine, source=self)
 
     def close(self) -> None:
+        self._sender.shutdown()
         if self._owns_client:
             self.client.close()
             self._owns_client = False
@@ -322,7 +127,8 @@ class DaskBackend:
     def _scatter(self, data, broadcast: bool = False):
         futures = self.client.scatter(data, hash=False, broadcast=broadcast)
         items = data if isinstance(data, list) else [data]
-        self.bytes_moved["scattered"] += sum(_nbytes(item) for item in items)
+        with _COUNTING:  # (the backends of one cluster share the counter and scatter at once)
+            self.bytes_moved["scattered"] += sum(_nbytes(item) for item in items)
         return futures
 
     def _augmented(self) -> np.ndarray:
@@ -340,23 +146,39 @@ class DaskBackend:
         a block of them would not hold all the responses to their queries."""
         augmented, n_q = self._augmented(), self.layout.n_queries
         count = max(TASKS_PER_THREAD * self.threads, 2 * -(-augmented.nbytes // self.block_bytes))
-        edges = [lo for lo, _ in _even_edges(0, n_q, min(count, n_q // MIN_QUERY_SPAN))]
+        edges = [lo for lo, _ in even_edges(0, n_q, min(count, n_q // dask_tasks.MIN_QUERY_SPAN))]
         pieces = query_pieces(self.layout, augmented, np.array([*edges, n_q]))
         return pieces, self._scatter(pieces)
 
-    @functools.cached_property
     def _queries(self):
-        """The query vectors' future (another engine's, where they are the same)."""
+        """The query vectors' future, scattered once (another engine's, where they are the
+        same: its sender may be scattering them meanwhile)."""
         if self._source is not None and self._source.query_vectors is self.query_vectors:
-            return self._source._queries
-        return None if self.query_vectors is None else self._scatter(self.query_vectors, True)
+            return self._source._queries()
+        with self._lock:
+            if self._query_future is None and self.query_vectors is not None:
+                self._query_future = self._scatter(self.query_vectors, True)
+            return self._query_future
+
+    def _sending(self) -> concurrent.futures.Future:
+        """Scatter what the passes read, once, from a thread of its own: it starts with the
+        first question (the density counts of a CV grid), so the data travel while this
+        process counts and decides (rank probes, Nyström factors)."""
+        if self._sent is None:
+            self._sent = self._sender.submit(self._send)
+        return self._sent
+
+    def _send(self):
+        pieces = self._pieces if self.response_kernel != "rbf" else None  # (pairwise: blocks)
+        return self._queries(), self._columns, pieces
 
     def count_within(self, cutoffs: list[float]) -> list[int]:
         """Counted here, a block of query rows at a time (M² q flops; no M × M held)."""
+        self._sending()
         if not cutoffs:
             return []
         n_q, counts = self.layout.n_queries, np.zeros(len(cutoffs), dtype=int)
-        for lo, hi in _even_edges(0, n_q, -(-16 * n_q * n_q // self.block_bytes)):
+        for lo, hi in even_edges(0, n_q, -(-16 * n_q * n_q // self.block_bytes)):
             sq = query_distances(self.query_vectors, np.arange(lo, hi), np.arange(n_q))
             counts += [np.count_nonzero(sq <= cutoff) for cutoff in cutoffs]
         return counts.tolist()
@@ -364,6 +186,7 @@ class DaskBackend:
     def sums(self, query_kernels: list, factors: list[np.ndarray]):
         """N and Z (not symmetrised) of each query kernel and of each factor's ``Φ Φ^T``,
         from one set of tasks."""
+        self._sending().result()
         passes = [self._rank_pass(factor) for factor in factors]
         if query_kernels:
             kernel_pass = self._pair_pass if self.response_kernel == "rbf" else self._kernel_pass
@@ -404,18 +227,18 @@ class DaskBackend:
             for b in blocks
         ]
         tasks, total = self._tasks(sum(work)), sum(work)
-        common = {"query_vectors": self._queries, "query_kernels": query_kernels}
+        common = {"query_vectors": self._queries(), "query_kernels": query_kernels}
         common["block_bytes"] = self.block_bytes
         places, tiles = [], []
         for index, (block, block_work) in enumerate(zip(blocks, work, strict=True)):
             share = max(1, round(tasks * block_work / total))
             row_bytes = 8 * width * self.layout.model_bounds[block.stop]
             query_runs = int(np.clip(max(share, -(-row_bytes // self.block_bytes)), 1, len(pieces)))
-            for first, last in _even_edges(0, block.n_models, -(-share // query_runs)):
+            for first, last in even_edges(0, block.n_models, -(-share // query_runs)):
                 parts = [
                     self._submit(kernel_tile, block_futures[index], first, last, runs, **common)
                     for runs in (
-                        piece_futures[a:b] for a, b in _even_edges(0, len(pieces), query_runs)
+                        piece_futures[a:b] for a, b in even_edges(0, len(pieces), query_runs)
                     )
                 ]
                 tiles.append(self._tree_sum(parts))
@@ -433,14 +256,14 @@ class DaskBackend:
         work = [2.0 * len(blocks[a].query) * len(blocks[b].query) * width for a, b in pairs]
         tasks, total = self._tasks(sum(work)), sum(work)
         rows = int(max(1, self.block_bytes // (6 * 8 * max(len(b.query) for b in blocks))))
-        common = {"query_vectors": self._queries, "query_kernels": query_kernels}
+        common = {"query_vectors": self._queries(), "query_kernels": query_kernels}
         common.update(bandwidth=self.response_bandwidth, rows=rows)
         places, tiles = [], []
         for (a, b), pair_work in zip(pairs, work, strict=True):
             runs = round(tasks * pair_work / total)
             parts = [
                 self._submit(pairwise_tile, futures[a], futures[b], lo, hi, **common)
-                for lo, hi in _even_edges(
+                for lo, hi in even_edges(
                     0, len(blocks[a].query), min(runs, len(blocks[a].query) // 64)
                 )
             ]
