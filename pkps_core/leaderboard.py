@@ -257,8 +257,7 @@ def _placed(
     each placed as new on its own, its stored rows hidden (one call per model: the
     predictor hides every renamed model of a call from all models of that call)."""
     chosen = records[records["model"].isin(models)]
-    # the profiles the fit has not calibrated (models that answered only some tasks:
-    # one each), side by side on the machine's threads, before the placements read them
+    # the profiles the fit lacks (one per model that answered only some tasks), side by side
     predictor.calibrate(
         chosen,
         progress=None

@@ -153,8 +153,9 @@ class ReferencePredictor:
         where every reference answered every task, twice the refit path's
         (:data:`~pkps_core.methods.shadows.SHADOW_REPEATS`) — the fit is made once, and
         with two the calibration's draw moved the placed ensemble's cell MAE by up to
-        11 % from the refit path's at some budgets (docs/predictor.md); placement costs
-        follow the shadows' responses, not their number (``shadow_sums``). Two where
+        11 % from the refit path's at some budgets (docs/results/predictor-quality.md);
+        placement costs follow the shadows' responses, not their number
+        (``shadow_sums``). Two where
         cells are missing: the completion member runs on every shadow there, at a cost
         that grows with their square. The number used is :attr:`shadow_repeats_`.
     space_params : dict, optional
