@@ -196,6 +196,30 @@ def test_runs_of_models_when_the_queries_run_out(client, monkeypatch):
         _assert_same_sums(a, b)
 
 
+def test_one_column_block_is_read_by_every_task_without_query_pieces(client, monkeypatch):
+    """A cache whose responses fit one block: the block goes to every worker and each
+    task takes its rows (its run of queries) from it; no query pieces are scattered."""
+    from pkps_core.space import dask_engine
+    from pkps_core.space.dask_engine import dask_backend
+
+    monkeypatch.setattr(dask_engine, "MIN_TASK_FLOPS", 1)
+    layout, features, queries, median = _unpaired_arrays(seed=3)
+    grid = [0.0, 0.03 * median, median, 3.0 * median]
+    local = AffinityEngine(layout, features, queries, block_bytes=1 << 15)
+    expected = local.grid_sums(grid)
+    with AffinityEngine(layout, features, queries, backend=dask_backend(client)) as remote:
+        got = remote.grid_sums(grid)
+        blocks, _ = remote.backend._columns
+        assert len(blocks) == 1 and remote.backend._pieces is None
+        # runs of queries, one per task (2 workers × TASKS_PER_THREAD), none of the models
+        assert remote.backend.task_counts["tile"] == 2 * dask_engine.TASKS_PER_THREAD
+        # the block (counted once, sent to both workers) and the query vectors
+        assert remote.backend.bytes_moved["scattered"] == blocks[0].nbytes + queries.nbytes
+    assert [r.path for r in remote.reports] == [r.path for r in local.reports]
+    for a, b in zip(expected, got, strict=True):
+        _assert_same_sums(a, b)
+
+
 def test_update_on_the_cluster_equals_the_local_update(client, synthetic):
     first = synthetic[synthetic.model != synthetic.model.iloc[-1]]
     later = synthetic[synthetic.model == synthetic.model.iloc[-1]]

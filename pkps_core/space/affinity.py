@@ -215,6 +215,9 @@ class LocalBackend:
         mass = projected[:, :, p]
         return self.pool.inner(flat, flat), mass @ mass.T
 
+    def prepare(self) -> None:
+        """Nothing ahead: the query distances are computed on first use."""
+
     def close(self) -> None:
         """Nothing of its own: the threads are the engine's."""
 
@@ -278,6 +281,11 @@ class AffinityEngine:
         self.pool = WorkerPool()
         self.reports: list[SumsReport] = []
         self.backend = (backend or LocalBackend)(self)
+
+    def prepare(self) -> None:
+        """Start what every pass needs (a cluster backend scatters the data) and return at
+        once: a fit calls it before it chooses its bandwidths."""
+        self.backend.prepare()
 
     def close(self) -> None:
         """Stop the engine's worker threads and release its backend."""

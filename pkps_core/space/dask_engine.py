@@ -6,22 +6,24 @@ backend, and the tasks (:mod:`~pkps_core.space.dask_tasks`) run the engine's pri
 with the array functions the local backend runs, so both give one D.
 
 The responses, with a last feature of ones, are scattered once, twice over: in column
-blocks of consecutive models and in query pieces (every response to a range of queries),
-with the query vectors broadcast. They go out from a thread of their own from the first
-question on (the density counts of a CV grid), while this process counts and decides.
-One set of tasks serves all the query kernels and Nyström factors of a round (a CV grid
-whose approximations hold is one round): a task takes a column block and a run of query
-pieces, builds the query distances and Y of its queries once and, per kernel, the slab,
-the transfer and the contraction (:func:`~pkps_core.space.dask_tasks.kernel_tile`). The
-runs of a block are added in a tree on the cluster. The RBF response kernel: a task per
+blocks of consecutive models and in query pieces (every response to a range of queries;
+none where one block holds every response: tasks then read their rows from it), with the
+query vectors broadcast. They go out from a thread of their own as soon as a fit prepares
+the engine, while this process chooses the grid, counts and decides. One set of tasks
+serves all the query kernels and Nyström factors of a round (a CV grid whose
+approximations hold is one round): a task takes a column block and a run of queries,
+builds the query distances and Y of those queries once and, per kernel, the slab, the
+transfer and the contraction (:func:`~pkps_core.space.dask_tasks.kernel_tile`). The runs
+of a block are added in a tree on the cluster. The RBF response kernel: a task per
 pair of blocks and run of rows, its response kernel computed once for all query kernels.
 Nyström factors: projections per run of models (one run or more per worker thread), inner
 products per pair of runs. The sparse path's density test counts near query pairs in the
 client, by rows.
 
-A pass has :data:`TASKS_PER_THREAD` tasks per worker thread, none of less than
-:data:`MIN_TASK_FLOPS` (a tenth of a second of a core): the scheduler costs a millisecond a
-task, and a larger one reuses its distances and Y (``bench/distributed.py`` measures the
+A pass has :data:`TASKS_PER_THREAD` tasks per worker thread (the workers then end a pass
+within a short task of each other), none of less than :data:`MIN_TASK_FLOPS` (a tenth of
+a second of a core): the scheduler costs a millisecond a task, and a larger one reuses its
+distances and Y (``bench/distributed.py`` measures the
 task stream). A task's memory is a small multiple of ``block_bytes``. The client holds the
 features, never an M × M matrix, Y or T. ``dask`` is imported only for this backend.
 """
@@ -55,7 +57,7 @@ from pkps_core.space.dask_tasks import (
 
 # the names the command line takes from here, the cluster's address and connection with them
 __all__ = ["SCHEDULER_ENV", "DaskBackend", "connect", "dask_backend", "reporting_progress"]
-TASKS_PER_THREAD = 2  # tasks of a pass per worker thread (for balance), at most ...
+TASKS_PER_THREAD = 4  # tasks of a pass per worker thread (for balance), at most ...
 MIN_TASK_FLOPS = 2e9  # ... while each keeps at least this much work (~0.15 s of one core)
 PROGRESS_SECONDS = 0.5
 _COUNTING = threading.Lock()
@@ -131,20 +133,24 @@ class DaskBackend:
             self.bytes_moved["scattered"] += sum(_nbytes(item) for item in items)
         return futures
 
+    @functools.cached_property
     def _augmented(self) -> np.ndarray:
         return np.hstack([self.features, np.ones((self.layout.n_responses, 1))])
 
     @functools.cached_property
     def _columns(self):
         """The column blocks and their futures, scattered on first use."""
-        blocks = column_blocks(self.layout, self._augmented(), self.block_bytes)
+        blocks = column_blocks(self.layout, self._augmented, self.block_bytes)
         return blocks, self._scatter(blocks)
 
     @functools.cached_property
     def _pieces(self):
         """The query pieces and their futures: as many as a pass has tasks, or more where
-        a block of them would not hold all the responses to their queries."""
-        augmented, n_q = self._augmented(), self.layout.n_queries
+        a block of them would not hold all the responses to their queries. None where one
+        column block holds every response: its tasks read their rows from it."""
+        if len(self._columns[0]) == 1:
+            return None
+        augmented, n_q = self._augmented, self.layout.n_queries
         count = max(TASKS_PER_THREAD * self.threads, 2 * -(-augmented.nbytes // self.block_bytes))
         edges = [lo for lo, _ in even_edges(0, n_q, min(count, n_q // dask_tasks.MIN_QUERY_SPAN))]
         pieces = query_pieces(self.layout, augmented, np.array([*edges, n_q]))
@@ -160,17 +166,23 @@ class DaskBackend:
                 self._query_future = self._scatter(self.query_vectors, True)
             return self._query_future
 
+    def prepare(self) -> None:
+        """Start scattering (:meth:`_sending`)."""
+        self._sending()
+
     def _sending(self) -> concurrent.futures.Future:
-        """Scatter what the passes read, once, from a thread of its own: it starts with the
-        first question (the density counts of a CV grid), so the data travel while this
-        process counts and decides (rank probes, Nyström factors)."""
+        """Scatter what the passes read, once, from a thread of its own: it starts when the
+        engine is prepared (a fit) or with the first question, so the data travel while
+        this process chooses the grid, counts and decides (rank probes, Nyström factors)."""
         if self._sent is None:
             self._sent = self._sender.submit(self._send)
         return self._sent
 
     def _send(self):
+        columns = self._columns
         pieces = self._pieces if self.response_kernel != "rbf" else None  # (pairwise: blocks)
-        return self._queries(), self._columns, pieces
+        self.__dict__.pop("_augmented", None)  # (the blocks and pieces hold their copies)
+        return self._queries(), columns, pieces
 
     def count_within(self, cutoffs: list[float]) -> list[int]:
         """Counted here, a block of query rows at a time (M² q flops; no M × M held)."""
@@ -216,7 +228,6 @@ class DaskBackend:
         for the rows a task reads to fit a block; each task computes its own kernel slabs
         and Y, none twice — and runs of its models only where the pieces run out."""
         blocks, block_futures = self._columns
-        pieces, piece_futures = self._pieces
         n_q, width = self.layout.n_queries, self.features.shape[1] + 1
         dim = 0 if self.query_vectors is None else self.query_vectors.shape[1]
         rbf = sum(k.bandwidth > 0 for k in query_kernels)
@@ -229,17 +240,23 @@ class DaskBackend:
         tasks, total = self._tasks(sum(work)), sum(work)
         common = {"query_vectors": self._queries(), "query_kernels": query_kernels}
         common["block_bytes"] = self.block_bytes
+        if self._pieces is None:  # one block: a task's rows are its queries' responses in it
+            spans, rows = max(1, n_q // dask_tasks.MIN_QUERY_SPAN), lambda a, b: (a, b)
+            edges = [lo for lo, _ in even_edges(0, n_q, spans)] + [n_q]
+        else:
+            spans, futures = len(self._pieces[0]), self._pieces[1]
+            rows, edges = lambda a, b: futures[a:b], range(spans + 1)
         places, tiles = [], []
         for index, (block, block_work) in enumerate(zip(blocks, work, strict=True)):
             share = max(1, round(tasks * block_work / total))
             row_bytes = 8 * width * self.layout.model_bounds[block.stop]
-            query_runs = int(np.clip(max(share, -(-row_bytes // self.block_bytes)), 1, len(pieces)))
+            query_runs = int(np.clip(max(share, -(-row_bytes // self.block_bytes)), 1, spans))
             for first, last in even_edges(0, block.n_models, -(-share // query_runs)):
                 parts = [
-                    self._submit(kernel_tile, block_futures[index], first, last, runs, **common)
-                    for runs in (
-                        piece_futures[a:b] for a, b in even_edges(0, len(pieces), query_runs)
+                    self._submit(
+                        kernel_tile, block_futures[index], first, last, rows(a, b), **common
                     )
+                    for a, b in ((edges[a], edges[b]) for a, b in even_edges(0, spans, query_runs))
                 ]
                 tiles.append(self._tree_sum(parts))
                 places.append(

@@ -113,7 +113,8 @@ def query_distances(query_vectors, rows: np.ndarray, cols: np.ndarray) -> np.nda
 def kernel_tile(column, first, last, pieces, *, query_vectors, query_kernels, block_bytes):
     """Partial N and Z of the models up to the column block's model ``last`` (rows) ×
     its models [first, last) (columns) over the queries of ``pieces`` (consecutive), for
-    each query kernel: arrays of shape (kernels, rows, last − first)."""
+    each query kernel: arrays of shape (kernels, rows, last − first). ``pieces`` may be a
+    range of queries (q_lo, q_hi) instead, where the block holds every row (one block)."""
     lo_r, hi_r = column.bounds[first], column.bounds[last]
     bounds = column.bounds[first : last + 1] - lo_r
     features_t = column.features_t[:, lo_r:hi_r]
@@ -123,14 +124,21 @@ def kernel_tile(column, first, last, pieces, *, query_vectors, query_kernels, bl
     width, k, n_rows = features_t.shape[0], last - first, column.start + last
     numerator = np.zeros((len(query_kernels), n_rows, k))
     denominator = np.zeros_like(numerator)
-    row_owner, row_query, row_features = (
-        np.concatenate([getattr(piece, name) for piece in pieces])
-        for name in ("owner", "query", "features")
-    )
-    rows = row_owner < n_rows  # the upper triangle
-    row_owner, row_query, row_features = row_owner[rows], row_query[rows], row_features[rows]
+    if isinstance(pieces, tuple):  # the block's own responses to the queries [q_lo, q_hi)
+        (q_lo, q_hi), row_query = pieces, column.query[: column.bounds[last]]
+        rows = np.flatnonzero((row_query >= q_lo) & (row_query < q_hi))
+        row_owner = np.repeat(np.arange(column.start, n_rows), np.diff(column.bounds[: last + 1]))
+        row_owner, row_query = row_owner[rows], row_query[rows]
+        row_features = np.ascontiguousarray(column.features_t[:, rows].T)
+    else:
+        row_owner, row_query, row_features = (
+            np.concatenate([getattr(piece, name) for piece in pieces])
+            for name in ("owner", "query", "features")
+        )
+        rows = row_owner < n_rows  # the upper triangle
+        row_owner, row_query, row_features = row_owner[rows], row_query[rows], row_features[rows]
+        q_lo, q_hi = pieces[0].q_lo, pieces[-1].q_hi
     owner = np.repeat(np.arange(k), np.diff(bounds))
-    q_lo, q_hi = pieces[0].q_lo, pieces[-1].q_hi
     per_query = 8 * ((n_rows + 2 * k) * width + 2 * len(queries))  # Y, T, distances, kernel
     stretches = even_edges(q_lo, q_hi, -(-(q_hi - q_lo) * per_query // block_bytes))
     most = max(hi - lo for lo, hi in stretches)

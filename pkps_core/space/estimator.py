@@ -225,15 +225,9 @@ class PerspectiveSpace(BaseEstimator):
         self._check_params(prepared)
         features = self._response_features(prepared)
         queries = None
-        self.median_query_distance_ = np.nan
         if self.query_kernel == "rbf":
             queries = reduce_dimension(
                 prepared.query_vectors, self.query_components, self.random_state
-            )
-            self.median_query_distance_ = (
-                float(self.bandwidth_scale)
-                if self.bandwidth_scale is not None
-                else self._median_distance(queries)
             )
         self.response_bandwidth_ = np.nan
         if self.response_kernel == "rbf":
@@ -244,8 +238,16 @@ class PerspectiveSpace(BaseEstimator):
             )
             if not self.response_bandwidth_ > 0:
                 self.response_bandwidth_ = 1.0
-        grid = self._candidate_bandwidths()
         with self._engine(prepared, features, queries) as engine:
+            engine.prepare()  # (a cluster's data travel while the grid is chosen)
+            self.median_query_distance_ = np.nan
+            if self.query_kernel == "rbf":
+                self.median_query_distance_ = (
+                    float(self.bandwidth_scale)
+                    if self.bandwidth_scale is not None
+                    else self._median_distance(queries)
+                )
+            grid = self._candidate_bandwidths()
             sums = engine.grid_sums(grid, self.self_pairs)
         self.affinity_reports_ = list(engine.reports)
         self.prepared_ = prepared
