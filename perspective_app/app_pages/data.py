@@ -20,7 +20,7 @@ st.title("Data")
 # ---------------------------------------------------------------------- upload
 st.header("Upload")
 st.caption(
-    "Canonical CSV / TSV / Parquet (see the README for the columns) or files written by "
+    "Canonical CSV / TSV / Parquet (columns: docs/reference/input-schema.md) or files written by "
     "evaluation tools: Every Eval Ever samples, lm-evaluation-harness samples, Inspect logs "
     "(.eval or JSON), lighteval details (details_*.parquet); "
     "a .zip for folder formats (HELM run, AlpacaEval results). Several files are imported "

@@ -150,7 +150,7 @@ st.title("New model")
 st.caption(
     "Predict one model as new: its cells never serve as references, and the references are "
     "re-observed at its budget (their *shadows*) to choose the bandwidth, weigh the ensemble "
-    "and calibrate the intervals — the new-model protocol's setting (README, new-model table)."
+    "and calibrate the intervals — the new-model protocol's setting (docs/results/new-model.md)."
 )
 path, version = shared.require_data()
 store_models = sorted(shared.load_cells(path, version)["model"].unique())
@@ -300,8 +300,8 @@ with next_tab:
     st.caption(
         "Its missing or thinly observed tasks, the fewest answered queries first: spread "
         "the next queries evenly over the tasks. On AlpacaEval that gave the overall score "
-        "a smaller error than sending them where the intervals are widest (README, What "
-        "to evaluate next). expected_gain: the interval width one more query is expected to "
+        "a smaller error than sending them where the intervals are widest (docs/results/"
+        "next-queries.md). expected_gain: the interval width one more query is expected to "
         "remove from the task's own interval (a standard error's shrinkage; for a missing "
         "task, its width minus that of its observed tasks)."
     )

@@ -26,7 +26,7 @@ st.caption(
     "data: on AlpacaEval, new models with 4 unscored responses per task get the ensemble's "
     "cell MAE 0.053 (the references' mean: 0.088) and are ranked with Spearman 0.69 (scored: "
     "0.037 and 0.74); `length` and `pkps-length` read how much longer a model answers than "
-    "the references do on the same queries. Every number is in the README's new-model table."
+    "the references do on the same queries. Every number is in docs/results/new-model.md."
 )
 path, version = shared.require_data()
 cells = shared.load_cells(path, version)
@@ -293,7 +293,7 @@ with next_tab:
             "A model's missing or thinly observed cells, the fewest answered queries first "
             "(widest interval first among equals): spreading the next queries evenly gave "
             "new models' scores a smaller error on AlpacaEval than chasing the widest "
-            "intervals (README, What to evaluate next)."
+            "intervals (docs/results/next-queries.md)."
         )
         # follow the chosen targets: a new set of targets moves the pick to the first
         follows = tuple(settings["targets"])

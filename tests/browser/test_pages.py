@@ -46,14 +46,14 @@ def test_every_page_renders_without_errors(demo_server, new_session):
     screenshot(session.page, "home")
     for title, name in [
         ("Data", "data"),
-        # the README's picture of this page is test_space_page's, at 1400×900
+        # the docs' picture of this page is test_space_page's, at 1400×900
         ("Perspective space", "space-1280x800"),
         ("Predictions", "predictions"),
     ]:
         go_to(session, title)
         wait_for_charts(session.page, 2)
         session.assert_clean()
-        # each README picture shows what its row describes
+        # each docs picture shows what its row describes
         if name == "data":  # the store's overview, families and the coverage heatmap
             scroll_to_top(session.page, session.main.get_by_text("Store overview", exact=True))
         elif name == "predictions":
@@ -115,8 +115,9 @@ def test_predictions_export_has_one_row_per_cell_and_method(demo_server, new_ses
     download = download_info.value
     assert download.suggested_filename == "predictions.csv"
     exported = pd.read_csv(download.path())
-    # The README's columns first, then whatever pkps_core.predict adds (intervals), then
-    # the target flag and the run's settings (the export explains itself)
+    # The documented columns first (docs/reference/outputs.md), then whatever
+    # pkps_core.predict adds (intervals), then the target flag and the run's settings (the
+    # export explains itself)
     assert list(exported.columns)[: len(DOCUMENTED_COLUMNS)] == DOCUMENTED_COLUMNS
     assert list(exported.columns)[: len(OUTPUT_COLUMNS)] == list(OUTPUT_COLUMNS)
     rest = list(exported.columns)[len(OUTPUT_COLUMNS) :]
