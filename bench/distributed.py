@@ -6,12 +6,13 @@ fits :class:`PerspectiveSpace` (bandwidth CV by default) on an unpaired cache of
 (``bench.caches.make_sized_records``), for each worker count of ``--workers`` (default:
 1, 2, 4, … up to the cores) on a fresh ``LocalCluster`` of that many worker processes × 1
 thread, and with the local engine on as many BLAS threads in this process; best of
-``--repeats`` runs each. It prints one markdown table — time, speed-up over one worker,
-efficiency per core, the ratio to the local engine, bytes moved, peak memory per worker,
-the tasks and their median length, the largest difference of D from the local engine's —
-then a projection to a 32-worker cluster from the throughput measured, and writes a
-``distributed.performance_report`` of the first run per worker count to ``--report-dir``
-(where bokeh is importable).
+``--repeats`` runs each, after ``--warm-up`` untimed fits (default 1: a worker's first tasks
+pay its imports and the first touch of its buffers). It prints one markdown table — time,
+speed-up over one worker, efficiency per core, the ratio to the local engine, bytes moved,
+peak memory per worker, the tasks and their median length, the largest difference of D
+from the local engine's — then a projection to a 32-worker cluster from the throughput
+measured, and writes a ``distributed.performance_report`` of the first run per worker
+count to ``--report-dir`` (where bokeh is importable).
 
 ``--scheduler tcp://host:8786`` measures an existing cluster instead (its workers as they
 are; the local engine on this machine's cores).
@@ -162,6 +163,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=50, help="queries per (model, task)")
     parser.add_argument("--workers", help="comma-separated worker counts (default 1, 2, 4, …)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per row; the best is kept")
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=1,
+        help="untimed fits per row first (a worker's first tasks pay imports and page faults)",
+    )
     parser.add_argument("--memory-limit", type=float, default=3.0, help="GiB per worker")
     parser.add_argument("--block-mib", type=int, default=128, help="block_bytes in MiB")
     parser.add_argument("--bandwidth", default="cv", help="cv | median | FLOAT")
@@ -202,6 +209,10 @@ def main() -> None:
             client = distributed.Client(cluster)
         try:
             client.run(_warm)
+            for _ in range(args.warm_up):
+                PerspectiveSpace(
+                    query_bandwidth=bandwidth, engine="dask", client=client, block_bytes=block_bytes
+                ).fit(prepared)
             report = Path(args.report_dir) / f"dask-performance-{workers}-workers.html"
             report = report if _has_bokeh() else None
             runs = [
@@ -213,6 +224,8 @@ def main() -> None:
             if cluster is not None:
                 cluster.close()
         threads = min(workers, cores)
+        for _ in range(args.warm_up):
+            _local_fit(prepared, bandwidth, block_bytes, threads)
         local = min(
             (_local_fit(prepared, bandwidth, block_bytes, threads) for _ in range(args.repeats)),
             key=lambda run: run[0],
@@ -239,7 +252,8 @@ def _table(args, rows, n, n_resp, n_q, p) -> None:
     print(
         f"Cache: {n} models × {args.tasks} tasks × {args.queries} queries, unpaired = "
         f"{n_resp:,} responses, {n_q:,} unique queries, p = {p}; bandwidth "
-        f"{args.bandwidth}; block_bytes {args.block_mib} MiB; best of {args.repeats}  "
+        f"{args.bandwidth}; block_bytes {args.block_mib} MiB; best of {args.repeats} after "
+        f"{args.warm_up} untimed fit(s) per row  "
     )
     print(f"Paths: {paths}\n")
     print(

@@ -57,7 +57,7 @@ from pkps_core.space.dask_tasks import (
 
 # the names the command line takes from here, the cluster's address and connection with them
 __all__ = ["SCHEDULER_ENV", "DaskBackend", "connect", "dask_backend", "reporting_progress"]
-TASKS_PER_THREAD = 4  # tasks of a pass per worker thread (for balance), at most ...
+TASKS_PER_THREAD = 3  # tasks of a pass per worker thread (for balance), at most ...
 MIN_TASK_FLOPS = 2e9  # ... while each keeps at least this much work (~0.15 s of one core)
 PROGRESS_SECONDS = 0.5
 _COUNTING = threading.Lock()
