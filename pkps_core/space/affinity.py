@@ -117,10 +117,6 @@ class CountWithin:
     cutoff: float
 
 
-def _exact_request(request) -> bool:
-    return isinstance(request, QueryKernel) and request.cutoff is None
-
-
 class LocalBackend:
     """The engine's primitives in this process, on the engine's worker threads.
 
@@ -283,8 +279,7 @@ class AffinityEngine:
         self.backend = (backend or LocalBackend)(self)
 
     def prepare(self) -> None:
-        """Start what every pass needs (a cluster backend scatters the data) and return at
-        once: a fit calls it before it chooses its bandwidths."""
+        """Start what every pass needs (a cluster backend scatters the data), at once."""
         self.backend.prepare()
 
     def close(self) -> None:
@@ -358,10 +353,9 @@ class AffinityEngine:
 
     def _run(self, plans: list[Plan]) -> list[kernels.KernelSums]:
         """Advance the plans in lockstep, each round answering all they ask at once. An
-        exact kernel's sums (they end a plan) wait while a density count is pending, so
-        they join the approximations' sums (sparse, Nyström) that the counts lead to: a
-        grid whose approximations hold is then one pass over the data; a bandwidth whose
-        approximation fails adds a pass of its own."""
+        exact kernel's sums (no cutoff; they end a plan) wait while a density count is
+        pending, so they join the approximations the counts lead to in one pass; a
+        bandwidth whose approximation fails adds a pass of its own."""
         done: dict[int, tuple[kernels.KernelSums, SumsReport]] = {}
         asked: dict[int, object] = {}
 
@@ -377,8 +371,8 @@ class AffinityEngine:
                 advance(index, None)
             while asked:
                 batch = sorted(asked)
-                if any(isinstance(r, CountWithin) for r in asked.values()):
-                    batch = [k for k in batch if not _exact_request(asked[k])]
+                if any(isinstance(r, CountWithin) for r in asked.values()):  # exact ones wait
+                    batch = [k for k in batch if getattr(asked[k], "cutoff", 0) is not None]
                 for index, answer in zip(
                     batch, self._answer([asked[k] for k in batch]), strict=True
                 ):
