@@ -63,11 +63,7 @@ def offer_fit(path: str, version: int, state: str) -> None:
         "kept in the store; `python -m pkps_core fit --db STORE` does the same."
     )
     if st.button("Fit the reference predictor", key="leaderboard_fit"):
-        bar = st.progress(0.0, text="Fitting the reference predictor…")
-
-        def progress(fraction: float, message: str) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0), text=message)
-
+        progress = shared.progress_bar("Fitting the reference predictor…")
         shared.fit_predictor(path, version, HOLDOUT, progress)
         st.rerun()
     st.stop()
@@ -81,13 +77,9 @@ if board is None:
     try:
         if state != "current" and needs_predictor(path, version):
             offer_fit(path, version, state)  # every cell observed or the logit fill: none
-        bar = st.progress(0.0, text="Placing the models…")
-        board = build_board(
-            path,
-            version,
-            lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=m[:80]),
-        )
-        bar.empty()
+        progress = shared.progress_bar("Placing the models…")
+        board = build_board(path, version, progress)
+        progress.empty()
     except StaleFit as exc:
         shared.alert("error", "The store's fitted predictor cannot be read.", str(exc))
         st.stop()

@@ -115,11 +115,7 @@ def offer_fit(path: str, version: int, holdout: str, state: str) -> None:
             "thousands of responses; it is redone when the references change."
         )
         if st.button("Fit the reference predictor", key="new_model_fit"):
-            bar = st.progress(0.0, text="Fitting the reference predictor…")
-
-            def progress(fraction: float, message: str) -> None:
-                bar.progress(min(max(fraction, 0.0), 1.0), text=message)
-
+            progress = shared.progress_bar("Fitting the reference predictor…")
             shared.fit_predictor(path, version, holdout, progress)
             st.rerun()
 

@@ -76,6 +76,7 @@ from perspective_app.shared.widgets import (
     alert,
     column_tooltips,
     literal_block,
+    progress_bar,
     table,
     table_config,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "is_demo",
     "keep_in_url",
     "literal_block",
+    "progress_bar",
     "load_cells",
     "load_pairedness",
     "load_predictor",

@@ -63,3 +63,20 @@ def alert(kind: str, headline: str, detail: str | None = None) -> None:
     (:func:`literal_block`: nothing in it is read as Markdown)."""
     body = headline if not detail else f"{headline}\n\n{literal_block(detail)}"
     getattr(st, kind)(body)
+
+
+class progress_bar:  # noqa: N801 - used as a function: shared.progress_bar("…")
+    """An ``st.progress`` bar showing ``text``, called as the ``progress(fraction,
+    message)`` callback the library's long calls take: the fraction clamped to [0, 1], the
+    message cut to ``limit`` characters (model names can be long); :meth:`empty` removes
+    it."""
+
+    def __init__(self, text: str, limit: int = 80):
+        self._bar = st.progress(0.0, text=text)
+        self._limit = limit
+
+    def __call__(self, fraction: float, message: str) -> None:
+        self._bar.progress(min(max(float(fraction), 0.0), 1.0), text=str(message)[: self._limit])
+
+    def empty(self) -> None:
+        self._bar.empty()
