@@ -52,7 +52,8 @@ class PerspectiveSpace(BaseEstimator):
         unbiased at any budget: Eq. 1's self terms grow as a model's budget shrinks, so
         thin models drift away from dense ones). Prediction runs with targets default to
         ``"exclude"`` (:func:`pkps_core.predict.build_context`); see
-        :func:`pkps_core.space.kernels.affinity_from_sums` and the README for the numbers.
+        :func:`pkps_core.space.kernels.affinity_from_sums`, and docs/results/self-pairs.md
+        for the numbers.
     n_components : int, default=8
         MDS dimension d.
     cv_neighbors : int, default=8

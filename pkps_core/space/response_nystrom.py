@@ -4,7 +4,7 @@ The RBF response kernel ``k_R(x, x') = exp(−‖x − x'‖² / 2σ_R²)`` does
 exact sums of Eq. (1) visit every pair of responses, O(N² p) per query bandwidth (32k
 unpaired responses: minutes for a cross-validated fit; a (nearly) paired cache takes one
 exact pass for the whole grid instead, :mod:`~pkps_core.space.paired_sums`: AlpacaEval-40's
-fit 4.56 s, 5.0× linear, ``docs/app-speed.md``). With ``r`` seeded landmark
+fit 4.56 s, 5.0× linear, ``docs/results/app-speed.md``). With ``r`` seeded landmark
 responses ``L``, ``φ(x) = k_R(x, L) U Λ^{-1/2}`` (``K_LL = U Λ U^T``) gives
 ``k_R ≈ Φ Φ^T``, a *linear* kernel on ``Φ``; the sums then run on the factorised path
 (and its sparse / Nyström query paths), O(M N r) plus O(N r p) for the features.
