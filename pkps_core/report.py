@@ -32,6 +32,10 @@ DEBIAN_CHROMIUM = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
 PNG_WIDTH = 1600
 PNG_HEIGHTS = {"tasks": 720, "map": 960}
 PNG_FONT_SIZE = 16
+# a browser that does not answer (a start that stalls on a loaded machine) is given up after
+# this many seconds and started once more; drawing both figures takes 3-20 s here
+PNG_TIMEOUT = 90.0
+PNG_ATTEMPTS = 2
 
 
 class PngUnavailable(RuntimeError):
@@ -67,7 +71,6 @@ def figures_png(figures, *, width: int = PNG_WIDTH) -> list[bytes]:
     """
     try:
         import asyncio
-        from concurrent.futures import ThreadPoolExecutor
 
         from kaleido import Kaleido
     except ImportError:
@@ -92,14 +95,47 @@ def figures_png(figures, *, width: int = PNG_WIDTH) -> list[bytes]:
                 for figure in figures
             ]
 
-    try:
-        # a thread of its own: asyncio.run refuses to start where an event loop already
-        # runs (a caller's asyncio code, or Playwright's sync API in the same process)
-        with ThreadPoolExecutor(1) as thread:
-            return thread.submit(lambda: asyncio.run(draw())).result()
-    except Exception as exc:  # the browser's own failures (crash, sandbox, timeout)
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PngUnavailable(f"PNG export failed in {browser}: {first_line}") from exc
+    for attempt in range(1, PNG_ATTEMPTS + 1):
+        try:
+            return _in_a_thread(lambda: asyncio.run(draw()), PNG_TIMEOUT)
+        except TimeoutError:
+            if attempt < PNG_ATTEMPTS:
+                continue
+            raise PngUnavailable(
+                f"PNG export failed in {browser}: no answer in {PNG_TIMEOUT:.0f} s "
+                f"({PNG_ATTEMPTS} tries); the HTML export has the same figures"
+            ) from None
+        except Exception as exc:  # the browser's own failures (crash, sandbox)
+            text = str(exc).strip()
+            first_line = text.splitlines()[0] if text else type(exc).__name__
+            raise PngUnavailable(f"PNG export failed in {browser}: {first_line}") from exc
+    raise AssertionError("unreachable")
+
+
+def _in_a_thread(work, timeout: float):
+    """``work()`` in a daemon thread of its own, its result or its exception;
+    ``TimeoutError`` when it has not finished in ``timeout`` seconds (the thread is left
+    behind: a daemon, it does not hold up the interpreter's exit). A thread of its own also
+    because ``asyncio.run`` refuses to start where an event loop already runs (a caller's
+    asyncio code, or Playwright's sync API in the same process)."""
+    import threading
+
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="pkps-png", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer in {timeout} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def png_figures(report: NewModelReport, store: str | None = None) -> dict:

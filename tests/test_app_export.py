@@ -163,3 +163,42 @@ def test_pngs_are_drawn_where_an_event_loop_already_runs(report):
     with ThreadPoolExecutor(1) as thread:
         pngs = thread.submit(lambda: asyncio.run(inside_a_loop())).result()
     assert all(data[:8] == b"\x89PNG\r\n\x1a\n" for data in pngs.values())
+
+
+def test_a_thread_that_does_not_answer_is_given_up_not_waited_for():
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        reports._in_a_thread(lambda: time.sleep(30), 0.2)
+    assert time.monotonic() - started < 5
+    with pytest.raises(ValueError, match="bad"):
+        reports._in_a_thread(lambda: (_ for _ in ()).throw(ValueError("bad")), 5)
+    assert reports._in_a_thread(lambda: 42, 5) == 42
+
+
+def test_a_browser_that_stalls_is_started_again_then_named_in_one_line(monkeypatch):
+    # a Chromium start that stalls under load hung `report --out x.png` for 600 s in one
+    # CI-like run; now each try is bounded, and a second try draws
+    pytest.importorskip("kaleido")
+    monkeypatch.setattr(reports, "png_browser", lambda: "/usr/bin/chromium")
+    tries = []
+
+    def stalls_once(work, timeout):
+        tries.append(timeout)
+        if len(tries) == 1:
+            raise TimeoutError
+        return [b"drawn"]
+
+    monkeypatch.setattr(reports, "_in_a_thread", stalls_once)
+    assert reports.figures_png([object()]) == [b"drawn"]
+    assert tries == [reports.PNG_TIMEOUT] * 2
+
+    def always_stalls(work, timeout):
+        raise TimeoutError
+
+    monkeypatch.setattr(reports, "_in_a_thread", always_stalls)
+    with pytest.raises(reports.PngUnavailable) as raised:
+        reports.figures_png([object()])
+    message = str(raised.value)
+    assert "\n" not in message and "no answer" in message and "HTML export" in message
