@@ -13,7 +13,7 @@ import sys
 import time
 
 from pkps_core.cli_args import _csv_list
-from pkps_core.predictor import PROFILE_BUDGETS, stored_predictor
+from pkps_core.predictor.grid import PROFILE_BUDGETS
 
 
 def _budgets(text: str) -> tuple[int, ...]:
@@ -37,6 +37,7 @@ def progress_on_stderr(fraction: float, message: str) -> None:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from pkps_core.leaderboard import stored_leaderboard
+    from pkps_core.predictor import stored_predictor
     from pkps_core.store import Store
     from pkps_core.store.opening import announce_on_stderr
 

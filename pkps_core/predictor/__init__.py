@@ -2,34 +2,37 @@
 
 :mod:`~pkps_core.predictor.core` fits and places (:class:`ReferencePredictor`);
 :mod:`~pkps_core.predictor.state` keeps the fit in the store (:func:`stored_predictor`).
+The names below are imported on first use, so that importing a light submodule (the
+calibration grid of :mod:`~pkps_core.predictor.grid`, which the CLI's parser reads) does
+not load the numerics.
 """
 
-from pkps_core.predictor.core import (
-    MODES,
-    PROFILE_BUDGETS,
-    PlacedSpace,
-    Profile,
-    ReferencePredictor,
-    profile_of,
-)
-from pkps_core.predictor.state import (
-    FIT_KIND,
-    StaleFit,
-    from_state,
-    get_state,
-    stored_predictor,
-)
+import importlib
 
-__all__ = [
-    "FIT_KIND",
-    "MODES",
-    "PROFILE_BUDGETS",
-    "PlacedSpace",
-    "Profile",
-    "ReferencePredictor",
-    "StaleFit",
-    "from_state",
-    "get_state",
-    "profile_of",
-    "stored_predictor",
-]
+_LAZY = {
+    "FIT_KIND": "pkps_core.predictor.state",
+    "MODES": "pkps_core.predictor.grid",
+    "PROFILE_BUDGETS": "pkps_core.predictor.grid",
+    "PlacedSpace": "pkps_core.predictor.core",
+    "Profile": "pkps_core.predictor.core",
+    "ReferencePredictor": "pkps_core.predictor.core",
+    "StaleFit": "pkps_core.predictor.state",
+    "from_state": "pkps_core.predictor.state",
+    "get_state": "pkps_core.predictor.state",
+    "profile_of": "pkps_core.predictor.core",
+    "stored_predictor": "pkps_core.predictor.state",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -53,6 +53,7 @@ from pkps_core.methods import METHODS, PredictionContext
 from pkps_core.methods.shadows import shadow_records, with_shadows_added
 from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
 from pkps_core.predict import OUTPUT_COLUMNS, TARGET_BANDWIDTH_GRID
+from pkps_core.predictor.grid import MODES, PROFILE_BUDGETS
 from pkps_core.predictor.placement import (
     PlacedSpace,
     nearest_allowed,
@@ -73,8 +74,6 @@ from pkps_core.trust.responses import length_features, mean_log_lengths
 
 __all__ = ["MODES", "PROFILE_BUDGETS", "PlacedSpace", "Profile", "ReferencePredictor", "profile_of"]
 
-PROFILE_BUDGETS = (1, 2, 4, 8, 16, 32)
-MODES = ("scored", "responses-only")
 # shadows per reference and profile: twice the refit path's where every reference answered
 # every task; the refit path's two where cells are missing (the completion member then runs
 # on every shadow and its cost grows with their square: the demo store's fit, 16 s -> 48 s)

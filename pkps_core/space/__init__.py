@@ -6,37 +6,40 @@ that picks exact / sparse / Nyström per bandwidth, with error bounds; ``increme
 updates) → ``estimator`` (:class:`PerspectiveSpace`: bandwidth CV and classical MDS).
 ``knn`` is the distance-weighted KNN on the coordinates; ``runtime`` holds the threads and
 the BLAS limit.
+
+The names below are imported on first use: a light submodule (``kernels``' choices, which
+the CLI's parser reads) does not load scikit-learn.
 """
 
-from pkps_core.space.affinity import AffinityEngine, SumsReport
-from pkps_core.space.estimator import (
-    BANDWIDTH_GRID,
-    QUERY_KERNELS,
-    PerspectiveSpace,
-    classical_mds,
-)
-from pkps_core.space.kernels import (
-    RESPONSE_KERNEL_CHOICES,
-    RESPONSE_KERNEL_NOTE,
-    RESPONSE_KERNELS,
-    KernelSums,
-    ResponseLayout,
-)
-from pkps_core.space.prepare import PreparedCache, prepare_cache, zhu_ghodsi_elbows
+import importlib
 
-__all__ = [
-    "BANDWIDTH_GRID",
-    "QUERY_KERNELS",
-    "RESPONSE_KERNELS",
-    "RESPONSE_KERNEL_CHOICES",
-    "RESPONSE_KERNEL_NOTE",
-    "AffinityEngine",
-    "KernelSums",
-    "PerspectiveSpace",
-    "PreparedCache",
-    "ResponseLayout",
-    "SumsReport",
-    "classical_mds",
-    "prepare_cache",
-    "zhu_ghodsi_elbows",
-]
+_LAZY = {
+    "AffinityEngine": "pkps_core.space.affinity",
+    "SumsReport": "pkps_core.space.affinity",
+    "BANDWIDTH_GRID": "pkps_core.space.estimator",
+    "QUERY_KERNELS": "pkps_core.space.estimator",
+    "PerspectiveSpace": "pkps_core.space.estimator",
+    "classical_mds": "pkps_core.space.estimator",
+    "RESPONSE_KERNEL_CHOICES": "pkps_core.space.kernels",
+    "RESPONSE_KERNEL_NOTE": "pkps_core.space.kernels",
+    "RESPONSE_KERNELS": "pkps_core.space.kernels",
+    "KernelSums": "pkps_core.space.kernels",
+    "ResponseLayout": "pkps_core.space.kernels",
+    "PreparedCache": "pkps_core.space.prepare",
+    "prepare_cache": "pkps_core.space.prepare",
+    "zhu_ghodsi_elbows": "pkps_core.space.prepare",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
