@@ -11,7 +11,7 @@ The names below are loaded on first use, so ``import pkps_core`` stays cheap:
 
 from __future__ import annotations
 
-import importlib
+from pkps_core.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -33,13 +33,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'pkps_core' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

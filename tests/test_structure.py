@@ -21,7 +21,7 @@ MAX_LINES = 500
 # Lower layers never import higher ones (STYLE.md: records → store/importers → space →
 # methods → trust → predict → protocols → views → pages). Same-layer imports are allowed.
 LAYERS = [
-    {"records", "text", "outputs", "reading"},
+    {"records", "text", "outputs", "reading", "lazy"},
     {"embed", "synthetic", "itemsim"},
     {"store", "importers"},
     {"space"},

@@ -7,7 +7,7 @@ calibration grid of :mod:`~pkps_core.predictor.grid`, which the CLI's parser rea
 not load the numerics.
 """
 
-import importlib
+from pkps_core.lazy import lazy_attributes
 
 _LAZY = {
     "FIT_KIND": "pkps_core.predictor.state",
@@ -26,13 +26,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

@@ -11,7 +11,7 @@ The names below are imported on first use: a light submodule (``kernels``' choic
 the CLI's parser reads) does not load scikit-learn.
 """
 
-import importlib
+from pkps_core.lazy import lazy_attributes
 
 _LAZY = {
     "AffinityEngine": "pkps_core.space.affinity",
@@ -33,13 +33,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
