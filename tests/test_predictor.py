@@ -218,25 +218,116 @@ def test_dkps_takes_the_delta_sums_pkps_computed_for_the_same_shadows(cache, mon
     np.testing.assert_allclose(shared.distance_matrix_**2, fresh.distance_matrix_**2, atol=1e-12)
 
 
-def test_the_region_checks_space_from_the_profiles_sums_is_a_fresh_fits(cache):
-    import functools
-
-    from pkps_core.predictor.core import Profile, _copies_space
-    from pkps_core.trust.extrapolation import region_distances, region_distances_with
+def test_the_region_check_calibrates_on_each_references_first_shadow(cache):
+    # a budget copy of each reference (a random subsample at the profile's budget) is its
+    # first shadow: the threshold of task t is the conformal threshold of the first
+    # shadows' PKPS distances (U-statistic D of the profile's space) to their nearest
+    # reference of another family that has a reference on t
+    from pkps_core.predictor.core import Profile, _first_shadows
+    from pkps_core.trust.extrapolation import _u_distances, region_distances_among
+    from pkps_core.trust.intervals import conformal_outlier_threshold
 
     _, references, _, _ = cache
     predictor = ReferencePredictor(budgets=(2,), modes=("scored",)).fit(references, lazy=True)
-    profile = Profile(2, True)
-    fresh_context = predictor._profile_context(profile)
-    shared_context = predictor._profile_context(profile)
-    space = predictor._shadow_space("pkps", shared_context)
-    fresh_context.shared[("space", "pkps")] = space
-    shared_context.shared[("space", "pkps")] = space
-    nearest, threshold = region_distances(fresh_context)
-    fit_copies = functools.partial(_copies_space, space, shared_context)
-    nearest_shared, threshold_shared = region_distances_with(shared_context, fit_copies)
-    np.testing.assert_allclose(threshold_shared, threshold, atol=1e-7)
-    np.testing.assert_allclose(nearest_shared, nearest, atol=1e-7)
+    context = predictor._profile_context(Profile(2, True))
+    context.shared[("space", "pkps")] = predictor._shadow_space("pkps", context)
+    first = _first_shadows(context)
+    is_reference = ~context.shadows
+    assert (first[is_reference] >= 0).all() and (first[context.shadows] == -1).all()
+    assert (np.asarray(context.origin)[first[is_reference]] == np.flatnonzero(is_reference)).all()
+    assert (context.n_responses[first[is_reference]] == 2).all()  # at the profile's budget
+    _, threshold = region_distances_among(context, first)
+    distances = _u_distances(context.pkps)
+    families = np.asarray(context.families)
+    truth = context.training_references
+    for t in range(len(context.tasks)):
+        own = []
+        for i in np.flatnonzero(is_reference):
+            others = is_reference & (families != families[i]) & np.isfinite(truth[:, t])
+            own.append(distances[first[i], others].min())
+        assert threshold[t] == pytest.approx(conformal_outlier_threshold(np.asarray(own)))
+    assert np.isfinite(threshold).all() and (threshold > 0).all()
+
+
+def test_one_pass_over_nested_budgets_gives_each_budgets_own_sums(cache):
+    # a profile's shadows at budget m are a prefix of its shadows at 2m (one shuffle per
+    # repeat): the fit sums every budget in one pass, level by level, and each budget
+    # gets the sums of its own shadows, every bandwidth (delta included), to rounding
+    from pkps_core.predictor.core import Profile
+    from pkps_core.predictor.shadow_sums import (
+        budget_levels,
+        nested_shadow_pair_sums,
+        shadow_pair_sums,
+    )
+
+    _, references, _, _ = cache
+    budgets = (1, 2, 4, 24, 32)  # the synthetic tasks have 24 queries: 24 and 32 are alike
+    predictor = ReferencePredictor(budgets=budgets, modes=("scored",)).fit(references, lazy=True)
+    contexts = [predictor._profile_context(Profile(b, True)) for b in budgets]
+    largest = contexts[-1]
+    level = budget_levels([c.prepared for c in contexts], largest.shadows)
+    assert level is not None
+    shadow_rows = largest.shadows[largest.prepared.layout.model_idx]
+    assert np.bincount(level[shadow_rows], minlength=5)[-1] == 0  # nothing beyond 24
+    base = predictor._base_space("pkps", largest)
+    grid = np.asarray(base.bandwidth_grid_, dtype=float)
+    assert (grid == 0).any() and (grid > 0).any()
+    nested = nested_shadow_pair_sums(
+        largest.prepared.layout,
+        base._response_features(largest.prepared),
+        largest.prepared.query_vectors,
+        grid,
+        largest.shadows,
+        level=level,
+        n_levels=len(budgets),
+    )
+    for context, by_bandwidth in zip(contexts, nested, strict=True):
+        own = shadow_pair_sums(
+            context.prepared.layout,
+            base._response_features(context.prepared),
+            context.prepared.query_vectors,
+            grid,
+            context.shadows,
+        )
+        for (num, den), (num0, den0) in zip(by_bandwidth, own, strict=True):
+            np.testing.assert_allclose(num, num0, rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(den, den0, rtol=1e-10, atol=1e-10)
+    # shadows that are not prefixes of each other are no levels (another draw's budget 2
+    # against this draw's budget 4, whose shadows have 4 of 24 queries per task)
+    other = ReferencePredictor(budgets=(2,), modes=("scored",), random_state=1)
+    other.fit(references, lazy=True)
+    moved = other._profile_context(Profile(2, True))
+    four = contexts[2]
+    assert budget_levels([contexts[1].prepared, four.prepared], four.shadows) is not None
+    assert budget_levels([moved.prepared, four.prepared], four.shadows) is None
+
+
+def test_the_fit_sums_every_budgets_shadows_once(cache, monkeypatch):
+    # PKPS's shadow sums come from the one pass (no per-profile call), and the fitted
+    # profiles are those of a fit that sums each budget on its own
+    from pkps_core.predictor import core as predictor_core
+
+    _, references, thin, _ = cache
+    calls = []
+    counted = predictor_core.shadow_pair_sums
+    monkeypatch.setattr(
+        predictor_core, "shadow_pair_sums", lambda *a, **k: calls.append(1) or counted(*a, **k)
+    )
+    settings = {"budgets": (2, 4), "modes": ("scored", "responses-only")}
+    one_pass = ReferencePredictor(**settings).fit(references)
+    assert calls == []  # DKPS takes PKPS's delta sums; PKPS the pass's
+    monkeypatch.setattr(predictor_core.ReferencePredictor, "_nested_shadow_sums", lambda *a: {})
+    each = ReferencePredictor(**settings).fit(references)
+    assert len(calls) == 2  # one per budget
+    for key, calibration in one_pass.profiles_.items():
+        np.testing.assert_allclose(
+            calibration.spaces["pkps"].distance_matrix_,
+            each.profiles_[key].spaces["pkps"].distance_matrix_,
+            atol=1e-9,
+        )
+    a, b = one_pass.predict(thin), each.predict(thin)
+    np.testing.assert_allclose(a["prediction"], b["prediction"], atol=1e-9)
+    np.testing.assert_allclose(a["upper"], b["upper"], atol=1e-9)
 
 
 @pytest.mark.parametrize("delta", [False, True])

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import json
 import threading
 import time
@@ -60,7 +59,11 @@ from pkps_core.predictor.placement import (
     new_model_pairs,
     place,
 )
-from pkps_core.predictor.shadow_sums import shadow_pair_sums
+from pkps_core.predictor.shadow_sums import (
+    budget_levels,
+    nested_shadow_pair_sums,
+    shadow_pair_sums,
+)
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
 from pkps_core.space.increments import increment_sums
@@ -69,7 +72,7 @@ from pkps_core.space.prepare import append_models
 from pkps_core.space.runtime import WorkerPool, single_threaded_blas
 from pkps_core.trust import trust_columns
 from pkps_core.trust.cells import task_query_counts
-from pkps_core.trust.extrapolation import region_distances_with
+from pkps_core.trust.extrapolation import region_distances_among
 from pkps_core.trust.responses import length_features, mean_log_lengths
 
 __all__ = ["MODES", "PROFILE_BUDGETS", "PlacedSpace", "Profile", "ReferencePredictor", "profile_of"]
@@ -263,16 +266,66 @@ class ReferencePredictor:
         self._base_lock = threading.Lock()
         try:
             with single_threaded_blas():
+                self._contexts = self._nested_shadow_sums(profiles, progress)
                 self._calibrate_all(profiles, progress, self._pool.threads)
         finally:
             self.__dict__.pop("_pool").close()
             self.__dict__.pop("_base_lock")
+            self.__dict__.pop("_contexts", None)
         if progress is not None:
             progress(1.0, "done")
         self.__dict__.pop("_bases", None)  # what every profile shared; not state
         self.__dict__.pop("_by_budget", None)
         self.fit_seconds_ = time.perf_counter() - started
         return self
+
+    def _nested_shadow_sums(self, profiles: list[Profile], progress) -> dict:
+        """The PKPS shadow sums of every budget in one pass, where the budgets' shadows are
+        nested (they are: one shuffle per repeat, cut at the budget), handed to each
+        budget's first profile as its context (profile key -> context). A budget's kernel
+        rows and response products are then computed once for all budgets, not once per
+        budget (:func:`~pkps_core.predictor.shadow_sums.nested_shadow_pair_sums`); the
+        sums are the same. Empty where there is one budget, PKPS cannot be fitted, or the
+        response kernel does not factor through the queries."""
+        firsts: dict[int, Profile] = {}
+        for profile in profiles:
+            if profile.tasks is None:
+                firsts.setdefault(profile.budget, profile)
+        if len(firsts) < 2:
+            return {}
+        if progress is not None:
+            progress(0.0, f"drawing the shadows of {len(firsts)} budgets")
+        budgets = sorted(firsts)
+        contexts = [self._profile_context(firsts[budget]) for budget in budgets]
+        kept = {
+            firsts[budget].key: context for budget, context in zip(budgets, contexts, strict=True)
+        }
+        largest = contexts[-1]
+        if largest.space_unavailable("pkps") is not None:
+            return kept
+        base = self._base_space("pkps", largest)
+        if base.response_kernel not in ("linear", "cosine"):
+            return kept
+        prepared = [context.prepared for context in contexts]
+        level = budget_levels(prepared, largest.shadows)
+        if level is None:
+            return kept
+        if progress is not None:
+            progress(0.0, f"summing the shadows' kernels ({len(budgets)} budgets, one pass)")
+        features = base._response_features(largest.prepared)
+        by_level = nested_shadow_pair_sums(
+            largest.prepared.layout,
+            features,
+            largest.prepared.query_vectors,
+            np.asarray(base.bandwidth_grid_, dtype=float),
+            largest.shadows,
+            level=level,
+            pool=self._pool,
+            n_levels=len(contexts),
+        )
+        for context, pairs in zip(contexts, by_level, strict=True):
+            context.shared[("shadow pair sums", "pkps")] = pairs
+        return kept
 
     def _calibrate_all(self, profiles: list[Profile], progress, threads: int) -> None:
         """Every profile on the fit's threads. A budget's first profile computes the
@@ -478,6 +531,8 @@ class ReferencePredictor:
                 and np.array_equal(delta[0], features)
             ):
                 pairs = [delta[1]]
+            elif name == "pkps" and ("shadow pair sums", "pkps") in context.shared:
+                pairs = context.shared.pop(("shadow pair sums", "pkps"))  # all budgets' pass
             else:
                 pairs = shadow_pair_sums(
                     prepared.layout,
@@ -528,7 +583,9 @@ class ReferencePredictor:
 
     def _calibrate(self, profile: Profile) -> _Calibration:
         started = time.perf_counter()
-        context = self._profile_context(profile)
+        context = self.__dict__.get("_contexts", {}).pop(profile.key, None)
+        if context is None:
+            context = self._profile_context(profile)
         shared = self.__dict__.setdefault("_by_budget", {})
         budget_key = (profile.budget, profile.tasks)
         fitted = shared.get(budget_key, {})
@@ -557,10 +614,9 @@ class ReferencePredictor:
                 response_bandwidth_=float(getattr(space, "response_bandwidth_", 1.0)),
             )
         if "region" not in fitted:
-            fit_copies = None
-            if "pkps" in fitted and fitted["pkps"].response_kernel in ("linear", "cosine"):
-                fit_copies = functools.partial(_copies_space, fitted["pkps"], context)
-            fitted["region"] = region_distances_with(context, fit_copies)[1]
+            # each reference's budget copy for the region check is its first shadow: a
+            # random subsample at the profile's budget, already in the space
+            fitted["region"] = region_distances_among(context, _first_shadows(context))[1]
         threshold = fitted["region"]
         shared[budget_key] = fitted
         context.item_sd()
@@ -915,34 +971,14 @@ def _with_observed_share(
     return out, trust, note[rows].ravel()
 
 
-def _copies_space(space, context: PredictionContext, copies: pd.DataFrame):
-    """The region check's space (:func:`~pkps_core.trust.extrapolation.region_distances`):
-    the profile's references and shadows with the references' budget copies, at the
-    chosen bandwidth, from the profile's sums plus the copies' pairs; its model order and
-    U-statistic D."""
-    best = int(np.argmin(np.abs(space.bandwidth_grid_ - space.query_bandwidth_)))
-    sums = space.kernel_sums_[best]
-    prepared = append_models(context.prepared, copies)
-    index = np.searchsorted(prepared.models, context.models)
-    is_copy = np.ones(len(prepared.models), dtype=bool)
-    is_copy[index] = False
-    features = space._response_features(prepared)
-    pairs = shadow_pair_sums(
-        prepared.layout, features, prepared.query_vectors, [space.query_bandwidth_], is_copy
-    )[0]
-    copied = np.flatnonzero(is_copy)
-    full = []
-    for kept, with_copies in zip((sums.numerator, sums.denominator), pairs, strict=True):
-        matrix = np.zeros((len(prepared.models),) * 2)
-        matrix[np.ix_(index, index)] = kept
-        matrix[:, copied] = with_copies
-        matrix[copied, :] = with_copies.T
-        block = with_copies[copied]
-        matrix[np.ix_(copied, copied)] = 0.5 * (block + block.T)
-        full.append(matrix)
-    self_sums = kernels.self_sums(prepared.layout, features, space.response_kernel)
-    affinity, _ = kernels.affinity_from_sums(kernels.KernelSums(*full, *self_sums), "exclude")
-    return prepared.models, kernels.distance_from_affinity(affinity)[0]
+def _first_shadows(context: PredictionContext) -> np.ndarray:
+    """Per model of a profile's context, the row of its first shadow in model order
+    (−1: none; the repeats' names sort by repeat)."""
+    first = np.full(len(context.models), -1)
+    origin = np.asarray(context.origin)
+    for row in np.flatnonzero(origin >= 0)[::-1]:
+        first[origin[row]] = row
+    return first
 
 
 def _jsonable(value):

@@ -63,21 +63,64 @@ def shadow_pair_sums(
     list of (numerator, denominator), ndarray (n_models, n_shadows) each, shadows in
     model order.
     """
+    return nested_shadow_pair_sums(
+        layout, features, query_vectors, bandwidths, shadows, rows=rows, pool=pool
+    )[0]
+
+
+def nested_shadow_pair_sums(
+    layout: kernels.ResponseLayout,
+    features: np.ndarray,
+    query_vectors: np.ndarray | None,
+    bandwidths: np.ndarray,
+    shadows: np.ndarray,
+    level: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+    pool: WorkerPool | None = None,
+    n_levels: int | None = None,
+) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """:func:`shadow_pair_sums` for nested shadows, every level in one pass.
+
+    A profile's shadows at budget m are a prefix of the same shadows at every larger
+    budget (one shuffle per repeat, cut at the budget: :func:`~pkps_core.methods.shadows.
+    shadow_records`), so the predictor sums the largest budget's shadows once, their
+    responses in levels: level k's sums are those of the shadows cut to their responses
+    of level ≤ k — each ``W_s`` grows by the responses of one level at a time, so the
+    kernel rows of a response are gathered and multiplied once for all budgets.
+
+    Parameters
+    ----------
+    level : ndarray of int (n_responses,), optional
+        Each shadow response's level (the smallest budget whose shadow has it); ignored
+        for the other models' responses, which belong to every level. Default: one level.
+    n_levels : int, optional
+        How many levels (default: the highest level + 1; a level may have no response).
+
+    Other parameters as :func:`shadow_pair_sums`.
+
+    Returns
+    -------
+    Per level, what :func:`shadow_pair_sums` returns for the shadows cut at that level.
+    """
     model_idx, query_idx = layout.model_idx, layout.query_idx
     n_models, n_queries = layout.n_models, layout.n_queries
     p = features.shape[1]
+    shadows = np.asarray(shadows, dtype=bool)
     shadow_models = np.flatnonzero(shadows)
     n_shadows = len(shadow_models)
+    level = np.zeros(len(model_idx), dtype=np.int64) if level is None else np.asarray(level)
+    level = np.where(shadows[model_idx], level, 0)  # the other models are in every level
+    if n_levels is None:
+        n_levels = int(level.max()) + 1 if len(level) else 1
     pool = WorkerPool() if pool is None else pool
     row_models = np.arange(n_models) if rows is None else np.flatnonzero(rows)
-    shadow_rows = [
-        np.arange(layout.model_bounds[s], layout.model_bounds[s + 1]) for s in shadow_models
-    ]
     # rows that answered most queries (the references) meet the shadows through one dense
     # product per block; rows that answered few (shadows, thin new models) through their
     # own responses, one small product per query, so their cost follows their responses
     answered = np.bincount(model_idx, minlength=n_models)
     dense = row_models[answered[row_models] * DENSE_SHARE >= n_queries]
+    if n_levels > 1:  # a shadow's row has a level's responses: its own, never dense
+        dense = dense[~shadows[dense]]
     in_sparse = np.isin(model_idx, np.setdiff1d(row_models, dense))
     sparse_responses = np.flatnonzero(in_sparse)
     sparse_responses = sparse_responses[np.argsort(query_idx[sparse_responses], kind="stable")]
@@ -94,24 +137,39 @@ def shadow_pair_sums(
         else kernels.rbf_from_squared(squared, float(sigma))
         for sigma in bandwidths
     ]
-    numerators = np.zeros((len(bandwidths), n_models, len(shadow_models)))
-    denominators = np.zeros((len(bandwidths), n_models, len(shadow_models)))
+    shape = (n_levels, len(bandwidths), n_models, n_shadows)
+    numerators, denominators = np.zeros(shape), np.zeros(shape)
     selected = np.isin(model_idx, dense)
     position = np.full(n_models, -1)
     position[dense] = np.arange(len(dense))
-    # every shadow's responses padded to one length: one batched product per block
+    # every shadow's responses, ordered by level, padded to one length: one batched
+    # product per block (and level)
+    shadow_rows = [
+        own[np.argsort(level[own], kind="stable")]
+        for own in (
+            np.arange(layout.model_bounds[s], layout.model_bounds[s + 1]) for s in shadow_models
+        )
+    ]
     longest = max((len(own) for own in shadow_rows), default=0)
     padded = np.zeros((len(shadow_models), longest), dtype=np.int64)
     present = np.zeros((len(shadow_models), longest), dtype=bool)
     for k, own in enumerate(shadow_rows):
         padded[k, : len(own)] = own
         present[k, : len(own)] = True
+    padded_level = np.where(present, level[padded], n_levels)
     padded_queries = query_idx[padded]
+    increments = [_padded_level(padded, present & (padded_level == k)) for k in range(n_levels)]
     # padding reads a zero row appended to the query kernel's columns (index n_queries)
-    padded_columns = np.where(present, padded_queries, n_queries)
-    padded_features = np.where(present[:, :, None], features[padded], 0.0)
+    by_level = [
+        (
+            np.where(here, query_idx[rows_k], n_queries),
+            np.where(here[:, :, None], features[rows_k], 0.0),
+        )
+        for rows_k, here in increments
+    ]
     owner = np.repeat(np.arange(len(shadow_models)), present.sum(axis=1))
     all_rows = padded[present]
+    all_levels = padded_level[present]
     dense_rows = (position[model_idx[selected]], query_idx[selected], features[selected])
     y_buffer = np.empty(len(dense) * min(rows_per_block, n_queries) * p)
     for start in range(0, n_queries, rows_per_block):
@@ -120,17 +178,33 @@ def shadow_pair_sums(
         flat = y.reshape(len(dense), len(block) * p)
         first, last = np.searchsorted(sparse_queries, [block[0], block[-1] + 1])
         thin = sparse_responses[first:last]
+        thin_by_level = [thin[level[thin] <= k] for k in range(n_levels)]
         delta = thin_delta = None
         if any(kernel is None for kernel in kernels_by_bandwidth):  # a response meets one query
-            delta = _delta_block(
-                y, counts, block, query_idx[all_rows], features[all_rows], owner, n_shadows
-            )
-            if len(thin):
-                thin_delta = _thin_rows_delta(
-                    (query_idx[thin], model_idx[thin], features[thin]),
-                    (query_idx[all_rows], owner, features[all_rows]),
-                    block,
-                    (n_models, n_shadows),
+            delta, thin_delta = [], []
+            for k in range(n_levels):
+                here = all_levels == k
+                delta.append(
+                    _delta_block(
+                        y,
+                        counts,
+                        block,
+                        query_idx[all_rows[here]],
+                        features[all_rows[here]],
+                        owner[here],
+                        n_shadows,
+                    )
+                )
+                upto, rows_k = all_levels <= k, thin_by_level[k]
+                thin_delta.append(
+                    _thin_rows_delta(
+                        (query_idx[rows_k], model_idx[rows_k], features[rows_k]),
+                        (query_idx[all_rows[upto]], owner[upto], features[all_rows[upto]]),
+                        block,
+                        (n_models, n_shadows),
+                    )
+                    if len(rows_k)
+                    else None
                 )
 
         one_bandwidth = functools.partial(
@@ -142,77 +216,118 @@ def shadow_pair_sums(
             delta=delta,
             thin_delta=thin_delta,
             scratch=pool.scratch,
-            padded=(padded_columns, padded_features),
-            thin=(thin, query_idx[thin] - block[0], model_idx[thin], features),
+            padded=by_level,
+            thin=[
+                (rows_k, query_idx[rows_k] - block[0], model_idx[rows_k])
+                for rows_k in thin_by_level
+            ],
+            features=features,
         )
         pool.map(one_bandwidth, range(len(bandwidths)))
     # each shadow with itself, shadows in chunks: their responses' Gram matrices (padded
-    # rows are zero vectors and weigh 0), weighted by the query kernel per bandwidth
+    # rows are zero vectors and weigh 0), weighted by the query kernel per bandwidth; a
+    # level's pairs are those of its responses (the first ones of each shadow's row)
     chunk = max(1, BLOCK_BYTES // (8 * 3 * max(longest, 1) ** 2))
+    padded_features = np.where(present[:, :, None], features[padded], 0.0)
     for first in range(0, len(shadow_models), chunk):
         part = slice(first, first + chunk)
-        queries, here = padded_queries[part], present[part]
-        pair_present = here[:, :, None] & here[:, None, :]
         features_here = padded_features[part]
         gram = np.matmul(features_here, features_here.transpose(0, 2, 1))
         own = np.arange(len(shadow_models))[part]
-        for b, query_kernel in enumerate(kernels_by_bandwidth):
-            if query_kernel is None:
-                weight = (queries[:, :, None] == queries[:, None, :]) & pair_present
-            else:
-                weight = query_kernel[queries[:, :, None], queries[:, None, :]] * pair_present
-            numerators[b, shadow_models[part], own] = np.einsum("sij,sij->s", weight, gram)
-            denominators[b, shadow_models[part], own] = weight.sum(axis=(1, 2))
-    return [(numerators[b], denominators[b]) for b in range(len(bandwidths))]
+        for k in range(n_levels):
+            here = padded_level[part] <= k
+            cut = int(here.sum(axis=1).max(initial=0))
+            here, queries = here[:, :cut], padded_queries[part, :cut]
+            pair_present = here[:, :, None] & here[:, None, :]
+            gram_k = gram[:, :cut, :cut]
+            for b, query_kernel in enumerate(kernels_by_bandwidth):
+                if query_kernel is None:
+                    weight = (queries[:, :, None] == queries[:, None, :]) & pair_present
+                else:
+                    weight = query_kernel[queries[:, :, None], queries[:, None, :]] * pair_present
+                numerators[k, b, shadow_models[part], own] = np.einsum("sij,sij->s", weight, gram_k)
+                denominators[k, b, shadow_models[part], own] = weight.sum(axis=(1, 2))
+    return [
+        [(numerators[k, b], denominators[k, b]) for b in range(len(bandwidths))]
+        for k in range(n_levels)
+    ]
+
+
+def _padded_level(padded: np.ndarray, here: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The responses of one level, each shadow's moved to the front of a row as long as
+    the level's longest: their indices (0 where padding) and the mask of real ones."""
+    width = int(here.sum(axis=1).max(initial=0))
+    order = np.argsort(~here, axis=1, kind="stable")[:, :width]
+    mask = np.take_along_axis(here, order, axis=1)
+    return np.where(mask, np.take_along_axis(padded, order, axis=1), 0), mask
 
 
 def _block_at_bandwidth(
-    b, *, kernels_by_bandwidth, sums, block, dense_rows, delta, thin_delta, padded, thin, scratch
+    b,
+    *,
+    kernels_by_bandwidth,
+    sums,
+    block,
+    dense_rows,
+    delta,
+    thin_delta,
+    padded,
+    thin,
+    features,
+    scratch,
 ):
-    """One block of queries at bandwidth ``b``: adds to row ``b`` of the sums only (the
-    bandwidths of a block run on the pool's threads)."""
+    """One block of queries at bandwidth ``b``: adds to row ``b`` of every level's sums
+    only (the bandwidths of a block run on the pool's threads). Level k's ``W_s`` is
+    level k−1's plus the products of level k's responses."""
     numerators, denominators = sums
     dense, flat, counts = dense_rows
-    thin_responses, thin_local, thin_owners, features = thin
     query_kernel = kernels_by_bandwidth[b]
+    n_levels = len(padded)
     if query_kernel is None:  # delta: a shadow's response meets one query
-        numerators[b, dense] += delta[0]
-        denominators[b, dense] += delta[1]
-        if thin_delta is not None:
-            numerators[b] += thin_delta[0]
-            denominators[b] += thin_delta[1]
+        numerator = np.zeros_like(delta[0][0])
+        denominator = np.zeros_like(delta[0][1])
+        for k in range(n_levels):
+            numerator += delta[k][0]
+            denominator += delta[k][1]
+            numerators[k, b, dense] += numerator
+            denominators[k, b, dense] += denominator
+            if thin_delta[k] is not None:
+                numerators[k, b] += thin_delta[k][0]
+                denominators[k, b] += thin_delta[k][1]
         return
-    else:
-        # (shadows, their responses, block): kQ(u_{q_l}, u_q) from whole kernel rows
-        # (0 for the padding), then one batched product
-        padded_columns, padded_features = padded
-        n_queries = query_kernel.shape[0]
-        kernel_rows = np.zeros((n_queries + 1, len(block)))
-        kernel_rows[:n_queries] = query_kernel[:, block]
-        # the two large temporaries in the thread's own buffer (fresh ones of this size
-        # cost their page faults on every block and bandwidth)
-        n_shadows, longest = padded_columns.shape
-        sizes = (n_shadows * longest * len(block), n_shadows * len(block) * features.shape[1])
-        buffer = scratch(sum(sizes))
-        columns = buffer[: sizes[0]].reshape(n_shadows, longest, len(block))
+    # (shadows, their responses, block): kQ(u_{q_l}, u_q) from whole kernel rows (0 for
+    # the padding), then one batched product per level
+    n_queries = query_kernel.shape[0]
+    kernel_rows = np.zeros((n_queries + 1, len(block)))
+    kernel_rows[:n_queries] = query_kernel[:, block]
+    # the large temporaries in the thread's own buffer (fresh ones of this size cost their
+    # page faults on every block and bandwidth)
+    n_shadows = padded[0][0].shape[0]
+    p = features.shape[1]
+    longest = max(columns.shape[1] for columns, _ in padded)
+    w_size = n_shadows * len(block) * p
+    sizes = (n_shadows * longest * len(block), w_size, w_size if n_levels > 1 else 0)
+    buffer = scratch(sum(sizes))
+    w = buffer[sizes[0] : sizes[0] + w_size].reshape(n_shadows, len(block), p)
+    step = buffer[sizes[0] + w_size :].reshape(n_shadows, len(block), p) if n_levels > 1 else w
+    mass = np.zeros((n_shadows, len(block)))
+    for k, (padded_columns, padded_features) in enumerate(padded):
+        width = padded_columns.shape[1]
+        columns = buffer[: n_shadows * width * len(block)].reshape(n_shadows, width, len(block))
         np.take(kernel_rows, padded_columns, axis=0, out=columns)
-        w = buffer[sizes[0] :].reshape(n_shadows, len(block), features.shape[1])
-        np.matmul(columns.transpose(0, 2, 1), padded_features, out=w)  # (shadows, block, p)
-        mass = columns.sum(axis=1)
+        into = w if k == 0 else step
+        np.matmul(columns.transpose(0, 2, 1), padded_features, out=into)  # (shadows, block, p)
+        if k:
+            w += step
+        mass += columns.sum(axis=1)
         if len(dense):
-            numerators[b, dense] += flat @ w.reshape(w.shape[0], -1).T
-            denominators[b, dense] += counts @ mass.T
-    if len(thin_responses):
-        _thin_rows(
-            numerators[b],
-            denominators[b],
-            w,
-            mass,
-            thin_responses,
-            thin_local,
-            thin_owners,
-            features,
-        )
+            numerators[k, b, dense] += flat @ w.reshape(n_shadows, -1).T
+            denominators[k, b, dense] += counts @ mass.T
+        responses, local, owners = thin[k]
+        if len(responses):
+            _thin_rows(
+                numerators[k, b], denominators[k, b], w, mass, responses, local, owners, features
+            )
 
 
 def _thin_rows_delta(thin, shadows, block, shape):
@@ -302,3 +417,36 @@ def _per_query_sums(model_idx, query_idx, features, block, n_models, buffer):
     y[model_idx[inside], local] = features[inside]
     counts[model_idx[inside], local] = 1.0
     return y, counts
+
+
+def budget_levels(prepared: list, shadows: np.ndarray) -> np.ndarray | None:
+    """Each response's level in the last of ``prepared`` (caches of the same models and
+    queries whose shadows grow from one to the next, e.g. a predictor's profiles from the
+    smallest budget up): the first cache holding the same (model, query) response, or
+    None when the shadows are not nested so (a cache's shadow responses not those of
+    level ≤ its position, or the caches' models or queries differ)."""
+    largest = prepared[-1]
+    models, keys = largest.models, largest.query_keys
+    for cache in prepared[:-1]:
+        if not np.array_equal(cache.models, models) or not cache.query_keys.equals(keys):
+            return None
+    n_queries = largest.layout.n_queries
+
+    def response_keys(cache):
+        return cache.layout.model_idx.astype(np.int64) * n_queries + cache.layout.query_idx
+
+    biggest = response_keys(largest)
+    last = len(prepared) - 1
+    level = np.full(len(biggest), last, dtype=np.int64)
+    other = ~shadows[largest.layout.model_idx]
+    holds = []
+    for k in range(last):
+        own = response_keys(prepared[k])
+        if not np.isin(own, biggest).all():
+            return None
+        holds.append(np.isin(biggest, own))
+        level[holds[-1] & (level == last)] = k
+    for k, held in enumerate(holds):  # cache k: the other rows and level ≤ k's shadows
+        if not np.array_equal(held, other | (level <= k)):
+            return None
+    return level

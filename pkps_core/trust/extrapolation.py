@@ -125,14 +125,33 @@ def region_distances_with(context: PredictionContext, fit_copies) -> tuple[np.nd
     return context.cached("region", lambda: _region_distances(context, fit_copies))
 
 
-def _region_distances(context: PredictionContext, fit_copies=None) -> tuple[np.ndarray, np.ndarray]:
+def region_distances_among(
+    context: PredictionContext, copy_of: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`region_distances` with each reference's budget copy already among the
+    context's models: ``copy_of[i]`` is the row of model i's copy (−1: none), a model
+    subsampled at random to the region budget as :func:`_budget_copies` draws one — e.g.
+    a predictor profile's first shadow of each reference, observed at the profile's
+    budget. The distances are the space's own U-statistic D; no model is added."""
+    return context.cached("region", lambda: _region_distances(context, copy_of=copy_of))
+
+
+def _region_distances(
+    context: PredictionContext, fit_copies=None, copy_of=None
+) -> tuple[np.ndarray, np.ndarray]:
     references = context.training_references
     if context.space_unavailable("pkps") is not None:  # score-only: no region check
         return np.full(references.shape, np.nan), np.full(len(context.tasks), np.inf)
     space = context.pkps
-    budget = region_budget(context)
-    copies, copy_names = _budget_copies(context, budget, references)
-    if copies is None:
+    if copy_of is not None:
+        copies = None
+    else:
+        copies, copy_names = _budget_copies(context, region_budget(context), references)
+    if copy_of is not None:
+        distances = _u_distances(space)
+        originals = np.arange(len(context.models))
+        copy_index = np.asarray(copy_of)
+    elif copies is None:
         distances = _u_distances(space)
         originals = np.arange(len(context.models))
         copy_index = originals
