@@ -118,13 +118,6 @@ def region_distances(context: PredictionContext) -> tuple[np.ndarray, np.ndarray
     return context.cached("region", lambda: _region_distances(context))
 
 
-def region_distances_with(context: PredictionContext, fit_copies) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`region_distances` with the copies' space computed by ``fit_copies(copies)``
-    → ``(models, distances)`` (the augmented space's model order and its U-statistic D),
-    e.g. from kernel sums the caller already holds (the fitted reference predictor)."""
-    return context.cached("region", lambda: _region_distances(context, fit_copies))
-
-
 def region_distances_among(
     context: PredictionContext, copy_of: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -136,37 +129,27 @@ def region_distances_among(
     return context.cached("region", lambda: _region_distances(context, copy_of=copy_of))
 
 
-def _region_distances(
-    context: PredictionContext, fit_copies=None, copy_of=None
-) -> tuple[np.ndarray, np.ndarray]:
+def _region_distances(context: PredictionContext, copy_of=None) -> tuple[np.ndarray, np.ndarray]:
     references = context.training_references
     if context.space_unavailable("pkps") is not None:  # score-only: no region check
         return np.full(references.shape, np.nan), np.full(len(context.tasks), np.inf)
     space = context.pkps
-    if copy_of is not None:
-        copies = None
-    else:
+    copies = None
+    if copy_of is None:
         copies, copy_names = _budget_copies(context, region_budget(context), references)
-    if copy_of is not None:
+    if copies is None:  # the copies are among the models (or the models are at the budget)
         distances = _u_distances(space)
         originals = np.arange(len(context.models))
-        copy_index = np.asarray(copy_of)
-    elif copies is None:
-        distances = _u_distances(space)
-        originals = np.arange(len(context.models))
-        copy_index = originals
+        copy_index = originals if copy_of is None else np.asarray(copy_of)
     else:
-        if fit_copies is None:
-            augmented = pd.concat([context.prepared.frame, copies], ignore_index=True)
-            params = {**context.space_params, "query_kernel": "rbf"}
-            params["query_bandwidth"] = space.query_bandwidth_
-            params["self_pairs"] = "exclude"  # the approximation error is checked on these D
-            if space.response_kernel == "rbf":
-                params["response_bandwidth"] = space.response_bandwidth_
-            fit = PerspectiveSpace(**params).fit(prepare_cache(augmented, validated=True))
-            models, distances = fit.models_, _u_distances(fit)
-        else:
-            models, distances = fit_copies(copies)
+        augmented = pd.concat([context.prepared.frame, copies], ignore_index=True)
+        params = {**context.space_params, "query_kernel": "rbf"}
+        params["query_bandwidth"] = space.query_bandwidth_
+        params["self_pairs"] = "exclude"  # the approximation error is checked on these D
+        if space.response_kernel == "rbf":
+            params["response_bandwidth"] = space.response_bandwidth_
+        fit = PerspectiveSpace(**params).fit(prepare_cache(augmented, validated=True))
+        models, distances = fit.models_, _u_distances(fit)
         position = {model: k for k, model in enumerate(models)}
         originals = np.array([position[model] for model in context.models])
         copy_index = np.array([position.get(name, -1) if name else -1 for name in copy_names])
