@@ -330,6 +330,29 @@ def test_the_fit_sums_every_budgets_shadows_once(cache, monkeypatch):
     np.testing.assert_allclose(a["upper"], b["upper"], atol=1e-9)
 
 
+def test_a_responses_only_profile_starts_from_its_budgets_scored_context(cache):
+    # the two modes of a budget draw the same shadows; only the shadows' scores differ,
+    # so the responses-only context is the scored one without them, to the last cell
+    from pkps_core.predictor.core import Profile, _without_shadow_scores
+
+    _, references, _, _ = cache
+    predictor = ReferencePredictor(budgets=(4,)).fit(references, lazy=True)
+    derived = _without_shadow_scores(predictor._profile_context(Profile(4, True)))
+    fresh = predictor._profile_context(Profile(4, False))
+    pd.testing.assert_frame_equal(derived.records, fresh.records)
+    pd.testing.assert_frame_equal(derived.prepared.frame, fresh.prepared.frame)
+    pd.testing.assert_frame_equal(derived.prepared.cells, fresh.prepared.cells)
+    np.testing.assert_array_equal(derived.prepared.scores, fresh.prepared.scores)
+    assert np.isnan(derived.sample[derived.shadows]).all()
+    assert np.isfinite(derived.sample[~derived.shadows]).all()
+    # and a fit that derives it calibrates what a fit that draws it again does
+    scored_first = ReferencePredictor(budgets=(4,)).fit(references)
+    alone = ReferencePredictor(budgets=(4,), modes=("responses-only",)).fit(references)
+    key = Profile(4, False).key
+    for name, grid in alone.profiles_[key].grids.items():
+        np.testing.assert_allclose(scored_first.profiles_[key].grids[name], grid, atol=1e-12)
+
+
 @pytest.mark.parametrize("delta", [False, True])
 def test_shadow_sums_are_the_same_through_dense_and_thin_rows(cache, monkeypatch, delta):
     # rows meet the shadows through a dense product per block or through their own

@@ -91,7 +91,10 @@ def stacking_weights(members: np.ndarray, truth: np.ndarray) -> np.ndarray:
         weights[int(np.argmin(np.abs(members - truth[None, :]).mean(axis=1)))] = 1.0
         return weights
     grid = simplex_grid(k)
-    errors = np.abs(grid @ members - truth[None, :]).mean(axis=1)
+    values = grid @ members  # (grid points, cells): one buffer, worked in place
+    values -= truth[None, :]
+    np.abs(values, out=values)
+    errors = values.mean(axis=1)
     return grid[int(np.argmin(errors))].copy()
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import threading
 import time
@@ -62,6 +63,7 @@ from pkps_core.predictor.placement import (
 from pkps_core.predictor.shadow_sums import (
     budget_levels,
     nested_shadow_pair_sums,
+    shadow_levels,
     shadow_pair_sums,
 )
 from pkps_core.records import RecordsError, validate_records
@@ -285,8 +287,12 @@ class ReferencePredictor:
         budget's first profile as its context (profile key -> context). A budget's kernel
         rows and response products are then computed once for all budgets, not once per
         budget (:func:`~pkps_core.predictor.shadow_sums.nested_shadow_pair_sums`); the
-        sums are the same. Empty where there is one budget, PKPS cannot be fitted, or the
-        response kernel does not factor through the queries."""
+        sums are the same. The references' own spaces are fitted and the pass runs on side
+        threads while the smaller budgets' contexts are prepared (pandas work, mostly
+        under the GIL); the pass's levels come from the drawn shadows' keys and are
+        checked against the prepared contexts before any sum is used. Empty where there
+        is one budget; no sums where PKPS cannot be fitted or the response kernel does
+        not factor through the queries."""
         firsts: dict[int, Profile] = {}
         for profile in profiles:
             if profile.tasks is None:
@@ -296,36 +302,61 @@ class ReferencePredictor:
         if progress is not None:
             progress(0.0, f"drawing the shadows of {len(firsts)} budgets")
         budgets = sorted(firsts)
-        contexts = [self._profile_context(firsts[budget]) for budget in budgets]
-        kept = {
-            firsts[budget].key: context for budget, context in zip(budgets, contexts, strict=True)
-        }
-        largest = contexts[-1]
-        if largest.space_unavailable("pkps") is not None:
-            return kept
-        base = self._base_space("pkps", largest)
-        if base.response_kernel not in ("linear", "cosine"):
-            return kept
-        prepared = [context.prepared for context in contexts]
-        level = budget_levels(prepared, largest.shadows)
-        if level is None:
-            return kept
-        if progress is not None:
-            progress(0.0, f"summing the shadows' kernels ({len(budgets)} budgets, one pass)")
-        features = base._response_features(largest.prepared)
-        by_level = nested_shadow_pair_sums(
+        drawn = [self._profile_shadows(firsts[budget]) for budget in budgets]
+        largest = self._profile_context(firsts[budgets[-1]], drawn[-1])
+        contexts = {budgets[-1]: largest}
+        by_level = None
+        with ThreadPoolExecutor(len(SPACES) + 1, thread_name_prefix="pkps-base") as side:
+            bases = {
+                name: side.submit(self._base_space, name, largest)
+                for name in SPACES
+                if largest.space_unavailable(name) is None
+            }
+            level = _drawn_levels(largest, [rows for rows, _ in drawn[:-1]])
+            planner = PerspectiveSpace(**{**largest.space_params, "query_kernel": "rbf"})
+            summed = None
+            if (
+                "pkps" in bases
+                and level is not None
+                and planner.response_kernel in ("linear", "cosine")
+            ):
+                if progress is not None:
+                    progress(
+                        0.0, f"summing the shadows' kernels ({len(budgets)} budgets, one pass)"
+                    )
+                summed = side.submit(self._sum_levels, planner, largest, level, len(budgets))
+            for budget, shadows in zip(budgets[:-1], drawn[:-1], strict=True):
+                contexts[budget] = self._profile_context(firsts[budget], shadows)
+            if summed is not None:
+                by_level = summed.result()
+            for future in bases.values():
+                future.result()
+        ordered = [contexts[budget] for budget in budgets]
+        if by_level is not None:
+            grid, by_level = by_level
+            prepared = [context.prepared for context in ordered]
+            found = budget_levels(prepared, largest.shadows)
+            if found is not None and np.array_equal(found, level):
+                for context, pairs in zip(ordered, by_level, strict=True):
+                    context.shared[("shadow pair sums", "pkps")] = (grid, pairs)
+        return {firsts[budget].key: contexts[budget] for budget in budgets}
+
+    def _sum_levels(self, planner, largest: PredictionContext, level: np.ndarray, n_levels: int):
+        """The one pass over ``largest``'s shadows in ``n_levels`` levels, at the grid the
+        references' PKPS fit (``planner``, unfitted) tries, without waiting for that fit:
+        ``(grid, sums per level)``."""
+        features, grid = planner.planned_grid(largest.prepared)
+        sums = nested_shadow_pair_sums(
             largest.prepared.layout,
             features,
             largest.prepared.query_vectors,
-            np.asarray(base.bandwidth_grid_, dtype=float),
+            grid,
             largest.shadows,
             level=level,
             pool=self._pool,
-            n_levels=len(contexts),
+            n_levels=n_levels,
         )
-        for context, pairs in zip(contexts, by_level, strict=True):
-            context.shared[("shadow pair sums", "pkps")] = pairs
-        return kept
+        return grid, sums
 
     def _calibrate_all(self, profiles: list[Profile], progress, threads: int) -> None:
         """Every profile on the fit's threads. A budget's first profile computes the
@@ -438,8 +469,28 @@ class ReferencePredictor:
             frame[column] = list(transform_texts(fitted, frame[kind].astype(str).tolist()))
         return frame
 
-    def _profile_context(self, profile: Profile) -> PredictionContext:
-        """References and their shadows observed like a target of ``profile``."""
+    def _profile_context(self, profile: Profile, drawn: tuple | None = None) -> PredictionContext:
+        """References and their shadows observed like a target of ``profile`` (``drawn``:
+        its :meth:`_profile_shadows`, when they are drawn already)."""
+        rows, origin_of = self._profile_shadows(profile) if drawn is None else drawn
+        records, augmented, origin = with_shadows_added(
+            self.reference_frame_, self.prepared_, rows, origin_of
+        )
+        shadows = origin >= 0
+        return PredictionContext(
+            records=records,
+            prepared=augmented,
+            holdout=self.holdout,
+            targets=shadows,
+            space_params=self._space_params(),
+            n_neighbors=int(self.n_neighbors),
+            origin=origin,
+            rows=shadows,
+        )
+
+    def _profile_shadows(self, profile: Profile) -> tuple[pd.DataFrame, dict]:
+        """The shadows' rows of ``profile`` and each shadow's original
+        (:func:`~pkps_core.methods.shadows.shadow_records`)."""
         prepared = self.prepared_
         models, tasks = prepared.models, prepared.tasks
         n = np.nan_to_num(cell_matrix(prepared.cells, models, tasks, "n_responses")).astype(int)
@@ -466,20 +517,7 @@ class ReferencePredictor:
         )
         if rows is None:
             raise RecordsError("no reference model has a reference score to calibrate on")
-        records, augmented, origin = with_shadows_added(
-            self.reference_frame_, prepared, rows, origin_of
-        )
-        shadows = origin >= 0
-        return PredictionContext(
-            records=records,
-            prepared=augmented,
-            holdout=self.holdout,
-            targets=shadows,
-            space_params=self._space_params(),
-            n_neighbors=int(self.n_neighbors),
-            origin=origin,
-            rows=shadows,
-        )
+        return rows, origin_of
 
     def _base_space(self, name: str, context: PredictionContext):
         """The references' own fit of space ``name`` at every grid bandwidth (kept for the
@@ -531,8 +569,10 @@ class ReferencePredictor:
                 and np.array_equal(delta[0], features)
             ):
                 pairs = [delta[1]]
-            elif name == "pkps" and ("shadow pair sums", "pkps") in context.shared:
-                pairs = context.shared.pop(("shadow pair sums", "pkps"))  # all budgets' pass
+            elif name == "pkps" and np.array_equal(
+                context.shared.get(("shadow pair sums", "pkps"), (None,))[0], grid
+            ):
+                pairs = context.shared.pop(("shadow pair sums", "pkps"))[1]  # all budgets' pass
             else:
                 pairs = shadow_pair_sums(
                     prepared.layout,
@@ -584,11 +624,15 @@ class ReferencePredictor:
     def _calibrate(self, profile: Profile) -> _Calibration:
         started = time.perf_counter()
         context = self.__dict__.get("_contexts", {}).pop(profile.key, None)
-        if context is None:
-            context = self._profile_context(profile)
         shared = self.__dict__.setdefault("_by_budget", {})
         budget_key = (profile.budget, profile.tasks)
         fitted = shared.get(budget_key, {})
+        if context is None and not profile.scored and "scored context" in fitted:
+            context = _without_shadow_scores(fitted.pop("scored context"))
+        if context is None:
+            context = self._profile_context(profile)
+        if profile.scored and len(self.modes) > 1:
+            fitted["scored context"] = context  # the budget's responses-only profile's start
         sums, spaces = {}, {}
         for name in SPACES:
             if context.space_unavailable(name) is not None:
@@ -969,6 +1013,66 @@ def _with_observed_share(
             f"the other {int(queries[j] - seen[i, j])} predicted"
         )
     return out, trust, note[rows].ravel()
+
+
+def _drawn_levels(largest: PredictionContext, smaller: list[pd.DataFrame]) -> np.ndarray | None:
+    """:func:`~pkps_core.predictor.shadow_sums.shadow_levels` of ``largest``'s responses
+    from the shadows' rows drawn for the smaller budgets (smallest first), before those
+    are prepared; None where a row's model or query is not in ``largest``."""
+    prepared = largest.prepared
+    n_queries = prepared.layout.n_queries
+    queries = pd.MultiIndex.from_frame(prepared.query_keys.astype(str))
+    keys = prepared.layout.model_idx.astype(np.int64) * n_queries + prepared.layout.query_idx
+    is_shadow = largest.shadows[prepared.layout.model_idx]
+    drawn = []
+    for rows in smaller:
+        names = rows["model"].to_numpy(dtype=str)
+        model = np.searchsorted(prepared.models, names)
+        query = queries.get_indexer(
+            pd.MultiIndex.from_frame(rows[["task", "query_id"]].astype(str))
+        )
+        inside = model < len(prepared.models)
+        if not inside.all() or (prepared.models[model] != names).any() or (query < 0).any():
+            return None
+        drawn.append(model.astype(np.int64) * n_queries + query)
+    return shadow_levels(keys, is_shadow, drawn)
+
+
+def _without_shadow_scores(context: PredictionContext) -> PredictionContext:
+    """A scored profile's context with its shadows' scores dropped: the responses-only
+    profile of the same budget (:func:`~pkps_core.methods.shadows.shadow_records` draws the
+    same shadows for both modes; only the scores differ), without drawing and preparing
+    the shadows again."""
+    shadow_names = context.models[context.shadows]
+    prepared = context.prepared
+
+    def unscored(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.copy()
+        rows = frame["model"].isin(shadow_names).to_numpy()
+        for column in ("score", "reference_score"):
+            if column in frame.columns:
+                frame[column] = frame[column].astype(float)
+                frame.loc[rows, column] = np.nan
+        return frame
+
+    frame = unscored(prepared.frame)
+    scores = prepared.scores.copy()
+    scores[context.shadows[prepared.layout.model_idx]] = np.nan
+    cells = prepared.cells.copy()
+    shadow_cells = cells["model"].isin(shadow_names).to_numpy()
+    cells.loc[shadow_cells, "n_scored"] = 0
+    for column in ("sample_score", "reference_score", "reference"):
+        cells.loc[shadow_cells, column] = np.nan
+    return PredictionContext(
+        records=unscored(context.records),
+        prepared=dataclasses.replace(prepared, frame=frame, scores=scores, cells=cells),
+        holdout=context.holdout,
+        targets=context.targets,
+        space_params=context.space_params,
+        n_neighbors=context.n_neighbors,
+        origin=context.origin,
+        rows=context.rows,
+    )
 
 
 def _first_shadows(context: PredictionContext) -> np.ndarray:

@@ -179,33 +179,17 @@ def nested_shadow_pair_sums(
         first, last = np.searchsorted(sparse_queries, [block[0], block[-1] + 1])
         thin = sparse_responses[first:last]
         thin_by_level = [thin[level[thin] <= k] for k in range(n_levels)]
-        delta = thin_delta = None
-        if any(kernel is None for kernel in kernels_by_bandwidth):  # a response meets one query
-            delta, thin_delta = [], []
-            for k in range(n_levels):
-                here = all_levels == k
-                delta.append(
-                    _delta_block(
-                        y,
-                        counts,
-                        block,
-                        query_idx[all_rows[here]],
-                        features[all_rows[here]],
-                        owner[here],
-                        n_shadows,
-                    )
-                )
-                upto, rows_k = all_levels <= k, thin_by_level[k]
-                thin_delta.append(
-                    _thin_rows_delta(
-                        (query_idx[rows_k], model_idx[rows_k], features[rows_k]),
-                        (query_idx[all_rows[upto]], owner[upto], features[all_rows[upto]]),
-                        block,
-                        (n_models, n_shadows),
-                    )
-                    if len(rows_k)
-                    else None
-                )
+        # the delta kernel's sums (a response meets one query) are made by its own item
+        delta = functools.partial(
+            _delta_levels,
+            y=y,
+            counts=counts,
+            block=block,
+            shadow_responses=(all_rows, all_levels, owner, n_shadows),
+            thin_by_level=thin_by_level,
+            layout=layout,
+            features=features,
+        )
 
         one_bandwidth = functools.partial(
             _block_at_bandwidth,
@@ -214,7 +198,6 @@ def nested_shadow_pair_sums(
             block=block,
             dense_rows=(dense, flat, counts),
             delta=delta,
-            thin_delta=thin_delta,
             scratch=pool.scratch,
             padded=by_level,
             thin=[
@@ -262,6 +245,39 @@ def _padded_level(padded: np.ndarray, here: np.ndarray) -> tuple[np.ndarray, np.
     return np.where(mask, np.take_along_axis(padded, order, axis=1), 0), mask
 
 
+def _delta_levels(*, y, counts, block, shadow_responses, thin_by_level, layout, features):
+    """Per level, the delta kernel's increment of the dense rows' sums (level k's shadow
+    responses only) and the thin rows' whole sums with the shadows cut at level k."""
+    all_rows, all_levels, owner, n_shadows = shadow_responses
+    query_idx, model_idx = layout.query_idx, layout.model_idx
+    delta, thin_delta = [], []
+    for k, rows_k in enumerate(thin_by_level):
+        here = all_levels == k
+        delta.append(
+            _delta_block(
+                y,
+                counts,
+                block,
+                query_idx[all_rows[here]],
+                features[all_rows[here]],
+                owner[here],
+                n_shadows,
+            )
+        )
+        upto = all_levels <= k
+        thin_delta.append(
+            _thin_rows_delta(
+                (query_idx[rows_k], model_idx[rows_k], features[rows_k]),
+                (query_idx[all_rows[upto]], owner[upto], features[all_rows[upto]]),
+                block,
+                (layout.n_models, n_shadows),
+            )
+            if len(rows_k)
+            else None
+        )
+    return delta, thin_delta
+
+
 def _block_at_bandwidth(
     b,
     *,
@@ -270,7 +286,6 @@ def _block_at_bandwidth(
     block,
     dense_rows,
     delta,
-    thin_delta,
     padded,
     thin,
     features,
@@ -284,6 +299,7 @@ def _block_at_bandwidth(
     query_kernel = kernels_by_bandwidth[b]
     n_levels = len(padded)
     if query_kernel is None:  # delta: a shadow's response meets one query
+        delta, thin_delta = delta()
         numerator = np.zeros_like(delta[0][0])
         denominator = np.zeros_like(delta[0][1])
         for k in range(n_levels):
@@ -424,7 +440,8 @@ def budget_levels(prepared: list, shadows: np.ndarray) -> np.ndarray | None:
     queries whose shadows grow from one to the next, e.g. a predictor's profiles from the
     smallest budget up): the first cache holding the same (model, query) response, or
     None when the shadows are not nested so (a cache's shadow responses not those of
-    level ≤ its position, or the caches' models or queries differ)."""
+    level ≤ its position, the other models' responses not the same, or the caches'
+    models or queries differ)."""
     largest = prepared[-1]
     models, keys = largest.models, largest.query_keys
     for cache in prepared[:-1]:
@@ -436,17 +453,35 @@ def budget_levels(prepared: list, shadows: np.ndarray) -> np.ndarray | None:
         return cache.layout.model_idx.astype(np.int64) * n_queries + cache.layout.query_idx
 
     biggest = response_keys(largest)
-    last = len(prepared) - 1
-    level = np.full(len(biggest), last, dtype=np.int64)
     other = ~shadows[largest.layout.model_idx]
-    holds = []
-    for k in range(last):
-        own = response_keys(prepared[k])
-        if not np.isin(own, biggest).all():
+    smaller = []
+    for cache in prepared[:-1]:
+        own = response_keys(cache)
+        mine = shadows[cache.layout.model_idx]
+        if not np.array_equal(own[~mine], biggest[other]):
             return None
-        holds.append(np.isin(biggest, own))
-        level[holds[-1] & (level == last)] = k
-    for k, held in enumerate(holds):  # cache k: the other rows and level ≤ k's shadows
-        if not np.array_equal(held, other | (level <= k)):
+        smaller.append(own[mine])
+    return shadow_levels(biggest, ~other, smaller)
+
+
+def shadow_levels(
+    keys: np.ndarray, is_shadow: np.ndarray, smaller: list[np.ndarray]
+) -> np.ndarray | None:
+    """The levels of :func:`budget_levels` from response keys: ``keys`` of the largest
+    cache's responses (``is_shadow`` marks the shadows'), ``smaller`` the keys of each
+    smaller cache's shadow responses, smallest first. None unless cache k's shadow
+    responses are exactly the largest's of level ≤ k."""
+    last = len(smaller)
+    level = np.full(len(keys), last, dtype=np.int64)
+    shadow_keys = keys[is_shadow]
+    holds = []
+    for k, own in enumerate(smaller):
+        held = np.isin(keys, own) & is_shadow
+        if len(own) != held.sum() or not np.isin(own, shadow_keys).all():
+            return None
+        holds.append(held)
+        level[held & (level == last)] = k
+    for k, held in enumerate(holds):
+        if not np.array_equal(held, is_shadow & (level <= k)):
             return None
     return level

@@ -241,13 +241,7 @@ class PerspectiveSpace(BaseEstimator):
                 self.response_bandwidth_ = 1.0
         with self._engine(prepared, features, queries) as engine:
             engine.prepare()  # (a cluster's data travel while the grid is chosen)
-            self.median_query_distance_ = np.nan
-            if self.query_kernel == "rbf":
-                self.median_query_distance_ = (
-                    float(self.bandwidth_scale)
-                    if self.bandwidth_scale is not None
-                    else self._median_distance(queries)
-                )
+            self.median_query_distance_ = self._median_query_distance(queries)
             grid = self._candidate_bandwidths()
             sums = engine.grid_sums(grid, self.self_pairs)
         self.affinity_reports_ = list(engine.reports)
@@ -438,6 +432,30 @@ class PerspectiveSpace(BaseEstimator):
         distances = pdist(vectors)
         positive = distances[distances > 0]
         return float(np.median(positive)) if positive.size else 1.0
+
+    def planned_grid(self, prepared: PreparedCache) -> tuple[np.ndarray, np.ndarray]:
+        """What :meth:`fit` on ``prepared`` would sum over, without fitting: the response
+        features the response kernel reads, and the query bandwidths it tries (its
+        ``bandwidth_grid_``). Lets a caller start kernel sums of its own before (or while)
+        the fit runs."""
+        self._check_params(prepared)
+        queries = None
+        if self.query_kernel == "rbf":
+            queries = reduce_dimension(
+                prepared.query_vectors, self.query_components, self.random_state
+            )
+        planner = copy.copy(self)
+        planner.median_query_distance_ = self._median_query_distance(queries)
+        return self._response_features(prepared), np.asarray(
+            planner._candidate_bandwidths(), dtype=float
+        )
+
+    def _median_query_distance(self, queries: np.ndarray | None) -> float:
+        if self.query_kernel != "rbf":
+            return np.nan
+        if self.bandwidth_scale is not None:
+            return float(self.bandwidth_scale)
+        return self._median_distance(queries)
 
     def _candidate_bandwidths(self) -> list[float]:
         if self.query_kernel == "delta":
