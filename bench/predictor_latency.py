@@ -7,7 +7,7 @@ Run from the repository root (about 10 minutes on 2 cores)::
 Five AlpacaEval models are held out as new (their 4 responses per task uploaded, scored);
 the other 35 are ingested into a fresh DuckDB store (under ``/tmp``). Measured in one run:
 the refit path (:func:`pkps_core.views.new_model.new_model_report`) for one new model; the
-predictor's fit (``stored_predictor(fit="always")``); a new model's warm latency (predictor
+predictor's fit (``stored_predictor(fit="always")``, handed the records as the refit path is; median of 3); a new model's warm latency (predictor
 in memory, median of 5) split into embedding the upload and placing it
 (:func:`~pkps_core.views.new_model.placed_model_report`); cold latency (a fresh Python
 process that opens the store, reads the kept fit and reports the upload; and a fresh
@@ -174,9 +174,15 @@ def main() -> None:
         _timed(new_model_report, combined, new_models[0])[1] for _ in range(5)
     )
     record("refit path: one new model (new_model_report, median of 5)", refit)
-    with Store(db) as store:
-        predictor, fit_seconds = _timed(stored_predictor, store, fit="always")
-    record("fit the predictor (12 profiles) and keep it in the store", fit_seconds)
+    fits = []
+    with Store(db) as store:  # handed the records, as the refit path is
+        for _ in range(3):
+            predictor, seconds = _timed(
+                stored_predictor, store, fit="always", records=store_records
+            )
+            fits.append(seconds)
+    fit_seconds = statistics.median(fits)
+    record("fit the predictor (12 profiles) and keep it in the store (median of 3)", fit_seconds)
     warm = []
     for model in new_models:
         upload = uploads[uploads["model"] == model]
