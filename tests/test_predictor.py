@@ -223,7 +223,8 @@ def test_the_region_check_calibrates_on_each_references_first_shadow(cache):
     # first shadow: the threshold of task t is the conformal threshold of the first
     # shadows' PKPS distances (U-statistic D of the profile's space) to their nearest
     # reference of another family that has a reference on t
-    from pkps_core.predictor.core import Profile, _first_shadows
+    from pkps_core.predictor.core import Profile
+    from pkps_core.predictor.profiles import first_shadows
     from pkps_core.trust.extrapolation import _u_distances, region_distances_among
     from pkps_core.trust.intervals import conformal_outlier_threshold
 
@@ -231,7 +232,7 @@ def test_the_region_check_calibrates_on_each_references_first_shadow(cache):
     predictor = ReferencePredictor(budgets=(2,), modes=("scored",)).fit(references, lazy=True)
     context = predictor._profile_context(Profile(2, True))
     context.shared[("space", "pkps")] = predictor._shadow_space("pkps", context)
-    first = _first_shadows(context)
+    first = first_shadows(context)
     is_reference = ~context.shadows
     assert (first[is_reference] >= 0).all() and (first[context.shadows] == -1).all()
     assert (np.asarray(context.origin)[first[is_reference]] == np.flatnonzero(is_reference)).all()
@@ -333,11 +334,12 @@ def test_the_fit_sums_every_budgets_shadows_once(cache, monkeypatch):
 def test_a_responses_only_profile_starts_from_its_budgets_scored_context(cache):
     # the two modes of a budget draw the same shadows; only the shadows' scores differ,
     # so the responses-only context is the scored one without them, to the last cell
-    from pkps_core.predictor.core import Profile, _without_shadow_scores
+    from pkps_core.predictor.core import Profile
+    from pkps_core.predictor.profiles import without_shadow_scores
 
     _, references, _, _ = cache
     predictor = ReferencePredictor(budgets=(4,)).fit(references, lazy=True)
-    derived = _without_shadow_scores(predictor._profile_context(Profile(4, True)))
+    derived = without_shadow_scores(predictor._profile_context(Profile(4, True)))
     fresh = predictor._profile_context(Profile(4, False))
     pd.testing.assert_frame_equal(derived.records, fresh.records)
     pd.testing.assert_frame_equal(derived.prepared.frame, fresh.prepared.frame)

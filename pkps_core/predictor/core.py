@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import json
 import threading
 import time
@@ -60,10 +59,10 @@ from pkps_core.predictor.placement import (
     new_model_pairs,
     place,
 )
+from pkps_core.predictor.profiles import drawn_levels, first_shadows, without_shadow_scores
 from pkps_core.predictor.shadow_sums import (
     budget_levels,
     nested_shadow_pair_sums,
-    shadow_levels,
     shadow_pair_sums,
 )
 from pkps_core.records import RecordsError, validate_records
@@ -312,7 +311,7 @@ class ReferencePredictor:
                 for name in SPACES
                 if largest.space_unavailable(name) is None
             }
-            level = _drawn_levels(largest, [rows for rows, _ in drawn[:-1]])
+            level = drawn_levels(largest, [rows for rows, _ in drawn[:-1]])
             planner = PerspectiveSpace(**{**largest.space_params, "query_kernel": "rbf"})
             summed = None
             if (
@@ -628,7 +627,7 @@ class ReferencePredictor:
         budget_key = (profile.budget, profile.tasks)
         fitted = shared.get(budget_key, {})
         if context is None and not profile.scored and "scored context" in fitted:
-            context = _without_shadow_scores(fitted.pop("scored context"))
+            context = without_shadow_scores(fitted.pop("scored context"))
         if context is None:
             context = self._profile_context(profile)
         if profile.scored and len(self.modes) > 1:
@@ -660,7 +659,7 @@ class ReferencePredictor:
         if "region" not in fitted:
             # each reference's budget copy for the region check is its first shadow: a
             # random subsample at the profile's budget, already in the space
-            fitted["region"] = region_distances_among(context, _first_shadows(context))[1]
+            fitted["region"] = region_distances_among(context, first_shadows(context))[1]
         threshold = fitted["region"]
         shared[budget_key] = fitted
         context.item_sd()
@@ -1013,76 +1012,6 @@ def _with_observed_share(
             f"the other {int(queries[j] - seen[i, j])} predicted"
         )
     return out, trust, note[rows].ravel()
-
-
-def _drawn_levels(largest: PredictionContext, smaller: list[pd.DataFrame]) -> np.ndarray | None:
-    """:func:`~pkps_core.predictor.shadow_sums.shadow_levels` of ``largest``'s responses
-    from the shadows' rows drawn for the smaller budgets (smallest first), before those
-    are prepared; None where a row's model or query is not in ``largest``."""
-    prepared = largest.prepared
-    n_queries = prepared.layout.n_queries
-    queries = pd.MultiIndex.from_frame(prepared.query_keys.astype(str))
-    keys = prepared.layout.model_idx.astype(np.int64) * n_queries + prepared.layout.query_idx
-    is_shadow = largest.shadows[prepared.layout.model_idx]
-    drawn = []
-    for rows in smaller:
-        names = rows["model"].to_numpy(dtype=str)
-        model = np.searchsorted(prepared.models, names)
-        query = queries.get_indexer(
-            pd.MultiIndex.from_frame(rows[["task", "query_id"]].astype(str))
-        )
-        inside = model < len(prepared.models)
-        if not inside.all() or (prepared.models[model] != names).any() or (query < 0).any():
-            return None
-        drawn.append(model.astype(np.int64) * n_queries + query)
-    return shadow_levels(keys, is_shadow, drawn)
-
-
-def _without_shadow_scores(context: PredictionContext) -> PredictionContext:
-    """A scored profile's context with its shadows' scores dropped: the responses-only
-    profile of the same budget (:func:`~pkps_core.methods.shadows.shadow_records` draws the
-    same shadows for both modes; only the scores differ), without drawing and preparing
-    the shadows again."""
-    shadow_names = context.models[context.shadows]
-    prepared = context.prepared
-
-    def unscored(frame: pd.DataFrame) -> pd.DataFrame:
-        frame = frame.copy()
-        rows = frame["model"].isin(shadow_names).to_numpy()
-        for column in ("score", "reference_score"):
-            if column in frame.columns:
-                frame[column] = frame[column].astype(float)
-                frame.loc[rows, column] = np.nan
-        return frame
-
-    frame = unscored(prepared.frame)
-    scores = prepared.scores.copy()
-    scores[context.shadows[prepared.layout.model_idx]] = np.nan
-    cells = prepared.cells.copy()
-    shadow_cells = cells["model"].isin(shadow_names).to_numpy()
-    cells.loc[shadow_cells, "n_scored"] = 0
-    for column in ("sample_score", "reference_score", "reference"):
-        cells.loc[shadow_cells, column] = np.nan
-    return PredictionContext(
-        records=unscored(context.records),
-        prepared=dataclasses.replace(prepared, frame=frame, scores=scores, cells=cells),
-        holdout=context.holdout,
-        targets=context.targets,
-        space_params=context.space_params,
-        n_neighbors=context.n_neighbors,
-        origin=context.origin,
-        rows=context.rows,
-    )
-
-
-def _first_shadows(context: PredictionContext) -> np.ndarray:
-    """Per model of a profile's context, the row of its first shadow in model order
-    (−1: none; the repeats' names sort by repeat)."""
-    first = np.full(len(context.models), -1)
-    origin = np.asarray(context.origin)
-    for row in np.flatnonzero(origin >= 0)[::-1]:
-        first[origin[row]] = row
-    return first
 
 
 def _jsonable(value):
