@@ -27,6 +27,7 @@ Needs response text; reads no score of the cell itself.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from pkps_core.methods.context import PredictionContext
 from pkps_core.methods.space_methods import space_predictions
@@ -39,10 +40,8 @@ NO_TEXT = "length: needs response text"
 
 def response_log_lengths(texts: np.ndarray) -> np.ndarray:
     """``log(1 + number of characters)`` per text; NaN where the text is missing."""
-    counts = np.fromiter(
-        (len(text) if isinstance(text, str) else -1 for text in texts), dtype=float
-    )
-    return np.where(counts >= 0, np.log1p(np.maximum(counts, 0.0)), np.nan)
+    counts = pd.Series(texts, dtype=object).str.len().to_numpy(dtype=float)  # NaN: no text
+    return np.log1p(counts)
 
 
 def holdout_units(context: PredictionContext) -> np.ndarray:
@@ -63,7 +62,10 @@ def length_scores(context: PredictionContext) -> np.ndarray:
     """
 
     def compute() -> np.ndarray:
-        frame = context.records
+        # the prepared rows: the records sorted by model, with the layout's model and
+        # query indices (no string keys to build)
+        frame = context.prepared.frame
+        layout = context.prepared.layout
         models, families = context.models, context.families
         if context.has_shadows:  # a shadow is its original's family
             families = families[np.where(context.shadows, np.asarray(context.origin), 0)]
@@ -73,12 +75,11 @@ def length_scores(context: PredictionContext) -> np.ndarray:
         if "response" not in frame.columns:
             return np.full(len(models), np.nan)
         lengths = response_log_lengths(frame["response"].to_numpy(dtype=object))
-        model_pos = np.searchsorted(models, frame["model"].to_numpy(dtype=str))
+        model_pos = layout.model_idx
         has = np.isfinite(lengths)
         if not has.any():
             return np.full(len(models), np.nan)
-        query = (frame["task"].astype(str) + "\x00" + frame["query_id"].astype(str)).to_numpy()
-        query_pos = np.unique(query, return_inverse=True)[1]
+        query_pos = layout.query_idx
         family_names, family_pos = np.unique(families, return_inverse=True)
         row_family = family_pos[model_pos]
         reference = (
