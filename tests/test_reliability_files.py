@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 from importer_corpus import FORMATS, write_alpaca, write_eee, write_helm
 
 from pkps_core import cli
@@ -28,7 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
-def run(*args, env: dict | None = None, timeout: float = 120):
+def run(*args, env: dict | None = None, timeout: float = 120, process: bool = False):
+    """The command's answer, in this process (:mod:`cli_in_process`), or from ``python -m
+    pkps_core`` started as a user starts it (``process``: pipes and devices, whose reads
+    could hang; decompression bombs and deep nesting, which could exhaust a process; and
+    one case of each other check, so nothing a fresh interpreter prints is missed)."""
+    if not process:
+        return run_in_process(*args, env=env)
     return subprocess.run(
         [sys.executable, "-m", "pkps_core", *map(str, args)],
         cwd=ROOT,
@@ -110,7 +117,7 @@ def _deepen(path: Path) -> None:
 def test_a_deeply_nested_document_is_one_line(tmp_path, kind, document):
     target = write_format(tmp_path / "in", kind)
     _deepen(tmp_path / "in" / document)
-    done = run("ingest", target, "--db", tmp_path / "store.duckdb")
+    done = run("ingest", target, "--db", tmp_path / "store.duckdb", process=True)
     one_line_error(done, Path(document).name, "nested too deeply")
     assert not (tmp_path / "store.duckdb").exists()
 
@@ -153,7 +160,7 @@ def test_a_named_pipe_in_a_folder_is_skipped_with_a_note(tmp_path):
     canonical(tmp_path / "good.csv")
     os.mkfifo(tmp_path / "pipe.jsonl")
     os.symlink("/dev/zero", tmp_path / "zero.csv")
-    done = run("ingest", tmp_path, "--db", tmp_path / "store.duckdb", timeout=60)
+    done = run("ingest", tmp_path, "--db", tmp_path / "store.duckdb", timeout=60, process=True)
     assert done.returncode == 0, done.stderr
     assert "2 added" in done.stdout
     notes = [line for line in done.stdout.splitlines() if "not a regular file" in line]
@@ -167,7 +174,7 @@ def test_a_named_pipe_or_device_given_alone_is_one_line(tmp_path, name):
         os.mkfifo(path)
     else:
         os.symlink("/dev/zero", path)
-    done = run("ingest", path, "--db", tmp_path / "store.duckdb", timeout=60)
+    done = run("ingest", path, "--db", tmp_path / "store.duckdb", timeout=60, process=True)
     one_line_error(done, name, "not a regular file")
 
 
@@ -187,7 +194,12 @@ def test_a_file_that_expands_past_the_read_bound_is_one_line(tmp_path, kind):
             handle.write(row * 10_000)
     assert path.stat().st_size < 400_000  # 20 MB or more once decompressed
     done = run(
-        "ingest", path, "--db", tmp_path / "store.duckdb", env={"PKPS_MAX_READ_BYTES": "1000000"}
+        "ingest",
+        path,
+        "--db",
+        tmp_path / "store.duckdb",
+        env={"PKPS_MAX_READ_BYTES": "1000000"},
+        process=True,
     )
     one_line_error(done, path.name, "PKPS_MAX_READ_BYTES")
 
@@ -230,7 +242,9 @@ def test_a_forced_format_that_is_not_the_files_is_one_line_or_imports(tmp_path, 
 
 def test_alpaca_eval_forced_on_an_inspect_log_names_the_file(tmp_path):
     path = write_format(tmp_path, "inspect")
-    done = run("ingest", path, "--db", tmp_path / "store.duckdb", "--format", "alpaca_eval")
+    done = run(
+        "ingest", path, "--db", tmp_path / "store.duckdb", "--format", "alpaca_eval", process=True
+    )
     one_line_error(done, str(path), "model_outputs.json")
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 
 from pkps_core import views
 from pkps_core.store import Store
@@ -38,7 +39,11 @@ HOSTILE = [
 
 
 def run(*args, fsize: int | None = None, timeout: float = 300):
-    """``python -m pkps_core ARGS`` as a user runs it, optionally under a file-size limit."""
+    """``python -m pkps_core ARGS`` as a user runs it under a file-size limit (``fsize``: a
+    process of its own), else its answer from this process (:mod:`cli_in_process`; the
+    file-size cases and the killed writer keep the process path checked)."""
+    if fsize is None:
+        return run_in_process(*args)
 
     def limit() -> None:
         if fsize is not None:
