@@ -158,3 +158,28 @@ def test_select_bandwidth_equals_a_fixed_bandwidth_fit(cache):
     assert cv.query_bandwidth_ != sigma or cv is not selected  # the original is untouched
     with pytest.raises(ValueError, match="not in this fit's grid"):
         cv.select_bandwidth(sigma * 1.5)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"query_bandwidth": "median"},
+        {"query_kernel": "delta"},
+        {"bandwidth_scale": 2.0},
+        {"query_bandwidth": 0.7},
+    ],
+)
+def test_the_planned_grid_is_what_a_fit_tries(params):
+    # PerspectiveSpace.planned_grid (the fitted predictor starts its shadow sums with it
+    # before the references' fit ends) gives the features and bandwidths fit() uses
+    from pkps_core.space import prepare_cache
+
+    records = make_synthetic(n_models=10, n_tasks=3, budget=8, rho=0.5, random_state=2).records
+    prepared = prepare_cache(records)
+    space = PerspectiveSpace(**params)
+    features, grid = space.planned_grid(prepared)
+    assert not hasattr(space, "median_query_distance_")  # planning fits nothing
+    fitted = PerspectiveSpace(**params).fit(prepared)
+    np.testing.assert_array_equal(grid, fitted.bandwidth_grid_)
+    np.testing.assert_array_equal(features, fitted.features_)
