@@ -312,7 +312,7 @@ class ReferencePredictor:
                 if largest.space_unavailable(name) is None
             }
             level = drawn_levels(largest, [rows for rows, _ in drawn[:-1]])
-            planner = PerspectiveSpace(**{**largest.space_params, "query_kernel": "rbf"})
+            planner = _unfitted_space("pkps", largest)  # what the base fit will try
             summed = None
             if (
                 "pkps" in bases
@@ -525,9 +525,7 @@ class ReferencePredictor:
         lock = self.__dict__.get("_base_lock") or contextlib.nullcontext()
         with lock:  # the fit's threads share one base fit per space
             if name not in cache:
-                kernel = {"pkps": "rbf", "dkps": "delta"}[name]
-                params = {**context.space_params, "query_kernel": kernel}
-                cache[name] = PerspectiveSpace(**params).fit(self.prepared_)
+                cache[name] = _unfitted_space(name, context).fit(self.prepared_)
             return cache[name]
 
     def _shadow_space(self, name: str, context: PredictionContext):
@@ -1012,6 +1010,13 @@ def _with_observed_share(
             f"the other {int(queries[j] - seen[i, j])} predicted"
         )
     return out, trust, note[rows].ravel()
+
+
+def _unfitted_space(name: str, context: PredictionContext) -> PerspectiveSpace:
+    """Space ``name`` (PKPS: the RBF query kernel; DKPS: delta) with the context's
+    parameters, not yet fitted."""
+    kernel = {"pkps": "rbf", "dkps": "delta"}[name]
+    return PerspectiveSpace(**{**context.space_params, "query_kernel": kernel})
 
 
 def _jsonable(value):

@@ -67,15 +67,12 @@ def without_shadow_scores(context: PredictionContext) -> PredictionContext:
     cells.loc[shadow_cells, "n_scored"] = 0
     for column in ("sample_score", "reference_score", "reference"):
         cells.loc[shadow_cells, column] = np.nan
-    return PredictionContext(
+    return dataclasses.replace(  # a fresh context: its own caches, the same settings
+        context,
         records=unscored(context.records),
         prepared=dataclasses.replace(prepared, frame=frame, scores=scores, cells=cells),
-        holdout=context.holdout,
-        targets=context.targets,
-        space_params=context.space_params,
-        n_neighbors=context.n_neighbors,
-        origin=context.origin,
-        rows=context.rows,
+        shared={},
+        cache={},
     )
 
 

@@ -242,7 +242,7 @@ class PerspectiveSpace(BaseEstimator):
         with self._engine(prepared, features, queries) as engine:
             engine.prepare()  # (a cluster's data travel while the grid is chosen)
             self.median_query_distance_ = self._median_query_distance(queries)
-            grid = self._candidate_bandwidths()
+            grid = self._candidate_bandwidths(self.median_query_distance_)
             sums = engine.grid_sums(grid, self.self_pairs)
         self.affinity_reports_ = list(engine.reports)
         self.prepared_ = prepared
@@ -444,10 +444,9 @@ class PerspectiveSpace(BaseEstimator):
             queries = reduce_dimension(
                 prepared.query_vectors, self.query_components, self.random_state
             )
-        planner = copy.copy(self)
-        planner.median_query_distance_ = self._median_query_distance(queries)
+        median = self._median_query_distance(queries)
         return self._response_features(prepared), np.asarray(
-            planner._candidate_bandwidths(), dtype=float
+            self._candidate_bandwidths(median), dtype=float
         )
 
     def _median_query_distance(self, queries: np.ndarray | None) -> float:
@@ -457,13 +456,14 @@ class PerspectiveSpace(BaseEstimator):
             return float(self.bandwidth_scale)
         return self._median_distance(queries)
 
-    def _candidate_bandwidths(self) -> list[float]:
+    def _candidate_bandwidths(self, median: float) -> list[float]:
+        """The query bandwidths a fit tries, given the median query distance."""
         if self.query_kernel == "delta":
             return [0.0]
         if self.query_bandwidth == "median":
-            return [self.median_query_distance_]
+            return [median]
         if self.query_bandwidth == "cv":
-            return [0.0] + [c * self.median_query_distance_ for c in self.bandwidth_grid]
+            return [0.0] + [c * median for c in self.bandwidth_grid]
         return [float(self.query_bandwidth)]
 
     def _embed(self, sums: kernels.KernelSums):
