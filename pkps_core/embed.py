@@ -133,6 +133,22 @@ class TfidfSvdEmbedder(TransformerMixin, BaseEstimator):
         -------
         self
         """
+        self._fit(texts)
+        return self
+
+    def fit_transform(self, texts: Sequence[str], y: object = None) -> np.ndarray:
+        """:meth:`fit` on ``texts`` and their vectors, as ``fit(texts).transform(texts)``
+        gives them (equal to rounding), with the texts tokenised once instead of twice.
+
+        Returns
+        -------
+        ndarray of shape (n_texts, n_components_), float64
+        """
+        tfidf = self._fit(texts)
+        return np.asarray(tfidf @ self.components_.T, dtype=np.float64)
+
+    def _fit(self, texts: Sequence[str]):
+        """Fit; returns the corpus' TF-IDF matrix."""
         corpus = _as_texts(texts)
         if int(self.n_components) < 1:
             raise ValueError(f"n_components must be a positive integer, got {self.n_components}")
@@ -161,7 +177,7 @@ class TfidfSvdEmbedder(TransformerMixin, BaseEstimator):
         self.vectorizer_ = vectorizer
         self.components_ = np.ascontiguousarray(components, dtype=np.float64)
         self.n_components_ = int(components.shape[0])
-        return self
+        return tfidf
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in the fitted space.
@@ -304,8 +320,38 @@ def embed_texts(texts: Sequence[str], embedder: TextEmbedder | None = None) -> n
     template = default_embedder() if embedder is None else embedder
     corpus = _as_texts(texts)
     unique, inverse = np.unique(np.array(corpus, dtype=object), return_inverse=True)
-    fitted = clone(template, safe=False).fit(list(unique))
-    return fitted.transform(list(unique))[inverse]
+    return fit_transform_texts(clone(template, safe=False), list(unique))[inverse]
+
+
+def fit_transform_texts(embedder: TextEmbedder, texts: Sequence[str]) -> np.ndarray:
+    """Fit ``embedder`` on ``texts`` and return their vectors: its ``fit_transform`` where
+    it has one (the TF-IDF embedder tokenises once), else ``fit`` then ``transform``."""
+    method = getattr(embedder, "fit_transform", None)
+    if method is not None:
+        return np.asarray(method(texts), dtype=np.float64)
+    return embedder.fit(texts).transform(texts)
+
+
+def vectors_of(
+    fitted: TextEmbedder,
+    texts: Sequence[str],
+    fitted_on: tuple[Sequence[str], np.ndarray] | None = None,
+) -> np.ndarray:
+    """``texts`` embedded by ``fitted``; with ``fitted_on`` (the corpus it was just fitted
+    on and its vectors, :func:`fit_transform_texts`) the texts of the corpus are looked up
+    instead of embedded again."""
+    texts = list(texts)
+    if fitted_on is None or not texts:
+        return fitted.transform(texts)
+    corpus, vectors = fitted_on
+    row = {text: i for i, text in enumerate(corpus)}
+    at = np.array([row.get(text, -1) for text in texts], dtype=np.intp)
+    out = np.empty((len(texts), vectors.shape[1]), dtype=np.float64)
+    known = at >= 0
+    out[known] = vectors[at[known]]
+    if not known.all():
+        out[~known] = fitted.transform([t for t, k in zip(texts, known, strict=True) if not k])
+    return out
 
 
 def transform_texts(fitted: TextEmbedder, texts: Sequence[str]) -> np.ndarray:

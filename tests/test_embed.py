@@ -13,6 +13,7 @@ from pkps_core.embed import (
     TfidfSvdEmbedder,
     embed_records,
     embed_texts,
+    vectors_of,
 )
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -31,6 +32,22 @@ def test_fit_transform_is_deterministic_float64():
     assert first.dtype == np.float64
     assert first.shape == (5, 3)
     np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize("n_components", [3, 128])  # truncated SVD, and the exact one
+def test_one_pass_fit_transform_equals_fit_then_transform(n_components):
+    corpus = [f"{text} number {i}" for i, text in enumerate(TEXTS * 8)]
+    separate = TfidfSvdEmbedder(n_components=n_components).fit(corpus)
+    joint = TfidfSvdEmbedder(n_components=n_components)
+    vectors = joint.fit_transform(corpus)
+    np.testing.assert_array_equal(joint.components_, separate.components_)  # the same fit
+    np.testing.assert_allclose(vectors, separate.transform(corpus), rtol=0, atol=1e-12)
+    # texts of the corpus are looked up, others embedded; the order is the caller's
+    asked = ["a text never fitted on the cat", corpus[3], corpus[0], corpus[3]]
+    np.testing.assert_allclose(
+        vectors_of(joint, asked, (corpus, vectors)), separate.transform(asked), atol=1e-12
+    )
+    assert vectors_of(joint, [], (corpus, vectors)).shape == (0, joint.n_components_)
 
 
 def test_similar_texts_are_closer_than_unrelated_ones():

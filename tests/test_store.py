@@ -156,6 +156,11 @@ class CountingEmbedder(TfidfSvdEmbedder):
         CountingEmbedder.transformed.append(list(texts))
         return super().transform(texts)
 
+    def fit_transform(self, texts, y=None):  # a fit and the fitted texts' vectors
+        CountingEmbedder.fitted.append(list(texts))
+        CountingEmbedder.transformed.append(list(texts))
+        return super().fit_transform(texts)
+
 
 def test_embedding_cache_embeds_only_new_texts(tmp_path):
     CountingEmbedder.fitted.clear()

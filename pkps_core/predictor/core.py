@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from pkps_core.embed import default_embedder, transform_texts
+from pkps_core.embed import default_embedder, fit_transform_texts, transform_texts, vectors_of
 from pkps_core.methods import METHODS, PredictionContext
 from pkps_core.methods.shadows import shadow_records, with_shadows_added
 from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
@@ -445,11 +445,11 @@ class ReferencePredictor:
                 distinct = frame.drop_duplicates(["task", "query_id"])[kind].astype(str)
             else:
                 distinct = texts
-            fitted = clone(default_embedder(), safe=False).fit(
-                list(np.unique(distinct.to_numpy(dtype=object)))
-            )
+            corpus = list(np.unique(distinct.to_numpy(dtype=object)))
+            fitted = clone(default_embedder(), safe=False)
+            vectors = fit_transform_texts(fitted, corpus)
             self.embedders_[kind] = fitted
-            frame[column] = list(transform_texts(fitted, texts.tolist()))
+            frame[column] = list(vectors_of(fitted, texts.tolist(), (corpus, vectors)))
         return frame
 
     def embed(self, records: pd.DataFrame) -> pd.DataFrame:

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 from sklearn.base import clone
 
-from pkps_core.embed import TextEmbedder, default_embedder
+from pkps_core.embed import TextEmbedder, default_embedder, fit_transform_texts, vectors_of
 from pkps_core.records import (
     CANONICAL_COLUMNS,
     RecordsError,
@@ -358,8 +358,10 @@ class Store:
             missing = wanted[~wanted[f"{kind}_hash"].isin(vectors)]
             if missing.empty:
                 return vectors
-            embedder = self._fitted_embedder(cur, key, kind, template, store=not self.read_only)
-            new = embedder.transform(missing[kind].tolist())
+            embedder, fitted_on = self._fitted_embedder(
+                cur, key, kind, template, store=not self.read_only
+            )
+            new = vectors_of(embedder, missing[kind].tolist(), fitted_on)
             if self.read_only:  # a reader embeds in memory and stores nothing
                 vectors.update(zip(missing[f"{kind}_hash"], new, strict=True))
                 return vectors
@@ -384,24 +386,20 @@ class Store:
         template: TextEmbedder,
         *,
         store: bool = True,
-    ) -> TextEmbedder:
+    ) -> tuple[TextEmbedder, tuple[list[str], np.ndarray] | None]:
+        """The kind's embedder, restored, or fitted on its texts (returned with their vectors)."""
         embedder = clone(template, safe=False)
         row = _first_row(cur, "SELECT state FROM embedders WHERE embedder = ?", [key])
         if row is not None:
-            return embedder.set_state(bytes(row[0]))
-        corpus = [
-            text
-            for (text,) in cur.execute(
-                f"SELECT DISTINCT {kind} FROM responses WHERE {kind} IS NOT NULL ORDER BY {kind}"
-            ).fetchall()
-        ]
-        embedder.fit(corpus)
-        if not store:
-            return embedder
-        cur.execute(
-            "INSERT INTO embedders VALUES (?, ?, ?)", [key, embedder.get_state(), len(corpus)]
-        )
-        return embedder
+            return embedder.set_state(bytes(row[0])), None
+        sql = f"SELECT DISTINCT {kind} FROM responses WHERE {kind} IS NOT NULL ORDER BY {kind}"
+        corpus = [text for (text,) in cur.execute(sql).fetchall()]
+        vectors = fit_transform_texts(embedder, corpus)
+        if store:
+            cur.execute(
+                "INSERT INTO embedders VALUES (?, ?, ?)", [key, embedder.get_state(), len(corpus)]
+            )
+        return embedder, (corpus, vectors)
 
     def fitted_embedder(
         self, kind: str, embedder: TextEmbedder | None = None
