@@ -6,7 +6,11 @@ folder of a rootdir ``conftest.py``, its default ``prepend`` import mode), as ``
 app.py`` does, so a checkout's tests find both without an install too.
 """
 
+import fcntl
 import os
+from pathlib import Path
+
+import pytest
 
 # The app compiles UMAP in a background thread at start
 # (perspective_app.shared.start_umap_warmup); in the test processes that is ~25 s of CPU no
@@ -21,3 +25,41 @@ def pytest_collection_modifyitems(config, items):
     of one long file started late keeping one worker busy while the other idles."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+# ---------------------------------------------------------------- stores the tests share
+
+ALPACA = Path(__file__).resolve().parent.parent / "shared/data/alpaca_eval/alpaca_eval_40.parquet"
+
+
+def _run_folder(tmp_path_factory) -> Path:
+    """A folder of this test run that every pytest-xdist worker sees (a worker's base
+    temporary folder sits in the run's own)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def alpaca_template(tmp_path_factory) -> Path:
+    """The AlpacaEval-40 store with every text embedded (a first ``records()`` done),
+    built once per test run under a file lock, whichever worker asks first; tests copy it
+    (``shutil.copyfile``) and never open it. Skips where the shared data is absent."""
+    if not ALPACA.exists():
+        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+    import pandas as pd
+
+    from pkps_core.store import Store
+
+    folder = _run_folder(tmp_path_factory) / "shared-stores"
+    folder.mkdir(exist_ok=True)
+    template = folder / "alpaca-embedded.duckdb"
+    with open(folder / "alpaca.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not template.exists():
+            building = folder / "alpaca-building.duckdb"
+            building.unlink(missing_ok=True)
+            with Store(building) as store:
+                store.ingest(pd.read_parquet(ALPACA), source=ALPACA.name)
+                store.records()
+            os.replace(building, template)
+    return template

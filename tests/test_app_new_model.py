@@ -3,6 +3,7 @@ responses without scores that is predicted without being written to the store.""
 
 import base64
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -115,15 +116,13 @@ ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parqu
 
 
 @pytest.mark.slow
-def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, monkeypatch):
-    if not ALPACA.exists():
-        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+def test_twenty_unscored_responses_on_the_alpaca_eval_store(alpaca_template, tmp_path, monkeypatch):
     import pandas as pd
 
     cache = pd.read_parquet(ALPACA)
     path = tmp_path / "alpaca.duckdb"
+    shutil.copyfile(alpaca_template, path)  # the run's AlpacaEval store, embedded once
     with Store(path) as db:
-        db.ingest(cache, source="alpaca_eval_40.parquet")
         state = db.content_hash()
     monkeypatch.setenv(shared.STORE_ENV, str(path))
     model = sorted(cache["model"].unique())[5]

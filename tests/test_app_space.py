@@ -10,6 +10,7 @@ coordinates export holds the view shown.
 import base64
 import json
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -26,7 +27,6 @@ from pkps_core.views import comparison
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
 
 
 def _array(value) -> np.ndarray:
@@ -168,14 +168,9 @@ def test_the_coordinates_export_holds_the_view_shown(demo_store):
 
 
 @pytest.fixture(scope="module")
-def alpaca_store(tmp_path_factory) -> Path:
-    if not ALPACA.exists():
-        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
-    from pkps_core.store import Store
-
+def alpaca_store(alpaca_template, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("alpaca-space") / "alpaca.duckdb"
-    with Store(path) as store:
-        store.ingest(pd.read_parquet(ALPACA), source=ALPACA.name)
+    shutil.copyfile(alpaca_template, path)  # the run's AlpacaEval store, embedded once
     return path
 
 

@@ -4,6 +4,7 @@ figures' axis titles have margins of their own, and ``report --out r.png`` on th
 AlpacaEval-40 store writes PNGs at least 1600 px wide titled with the model and the store."""
 
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -17,7 +18,6 @@ from pkps_core.demo import demo_records
 from pkps_core.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
 SECOND_LINE = "second line & <b>not bold</b>"
 
 
@@ -93,9 +93,7 @@ def _png_width(path: Path) -> int:
 
 
 @pytest.mark.slow
-def test_report_png_on_the_alpaca_eval_store_is_at_least_1600_px_wide(tmp_path):
-    if not ALPACA.exists():
-        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+def test_report_png_on_the_alpaca_eval_store_is_at_least_1600_px_wide(alpaca_template, tmp_path):
     try:
         import kaleido  # noqa: F401
     except ImportError:
@@ -103,8 +101,7 @@ def test_report_png_on_the_alpaca_eval_store_is_at_least_1600_px_wide(tmp_path):
     if reports.png_browser() is None:
         pytest.skip("no Chrome/Chromium here")
     store = tmp_path / "alpaca.duckdb"
-    with Store(store) as db:
-        db.ingest(pd.read_parquet(ALPACA), source=ALPACA.name)
+    shutil.copyfile(alpaca_template, store)  # the run's AlpacaEval store, embedded once
     out = tmp_path / "r.png"
     done = _run_report("--db", str(store), "--model", "claude-2.1", "--out", str(out))
     assert done.returncode == 0, done.stderr

@@ -5,15 +5,14 @@ first open reads it; a second session reads Streamlit's cache)."""
 
 from __future__ import annotations
 
+import shutil
 import time
 
-import pandas as pd
 import pytest
 from app_utils import ROOT, wait_for_app
 from playwright.sync_api import expect
 
 from pkps_core.cli import main as cli
-from pkps_core.store import Store
 
 pytestmark = pytest.mark.browser
 
@@ -36,12 +35,11 @@ def _open_board(session) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-def test_leaderboard_on_a_fitted_alpaca_eval_store(tmp_path, start_server, new_session):
-    if not ALPACA.exists():
-        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
+def test_leaderboard_on_a_fitted_alpaca_eval_store(
+    alpaca_template, tmp_path, start_server, new_session
+):
     path = tmp_path / "alpaca.duckdb"
-    with Store(path) as db:
-        db.ingest(pd.read_parquet(ALPACA), source="alpaca_eval_40.parquet")
+    shutil.copyfile(alpaca_template, path)  # the run's AlpacaEval store, embedded once
     started = time.perf_counter()
     assert cli(["fit", "--db", str(path)]) == 0  # fits and keeps the leaderboard
     fitted = time.perf_counter() - started

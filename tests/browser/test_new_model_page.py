@@ -3,6 +3,8 @@ its highlighted scatter and both exports, and an upload of 20 responses without 
 
 from __future__ import annotations
 
+import shutil
+
 import pandas as pd
 import pytest
 from app_utils import (
@@ -110,15 +112,14 @@ ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parqu
 
 
 @pytest.mark.slow
-def test_twenty_unscored_responses_on_the_alpaca_eval_store(tmp_path, start_server, new_session):
+def test_twenty_unscored_responses_on_the_alpaca_eval_store(
+    alpaca_template, tmp_path, start_server, new_session
+):
     """Issue 18's case on real data: 20 responses of one AlpacaEval model, without scores,
     uploaded on the New model page of a store holding the 40 models."""
-    if not ALPACA.exists():
-        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
     cache = pd.read_parquet(ALPACA)
     path = tmp_path / "alpaca.duckdb"
-    with Store(path) as db:
-        db.ingest(cache, source="alpaca_eval_40.parquet")
+    shutil.copyfile(alpaca_template, path)  # the run's AlpacaEval store, embedded once
     model = sorted(cache["model"].unique())[5]
     own = cache[cache["model"] == model].sample(20, random_state=0)
     upload = tmp_path / "new_model.csv"

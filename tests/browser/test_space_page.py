@@ -6,20 +6,18 @@ queries: the maps cannot agree) and on AlpacaEval-40 (fully paired: they coincid
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from app_utils import go_to, screenshot, wait_for_app
 from playwright.sync_api import expect
 
 from pkps_core.demo import DEMO_SETTINGS
-from pkps_core.store import Store
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
-ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
 FOLD = {"width": 1400, "height": 900}
 CHART = ".st-key-space_maps .js-plotly-plot"
 
@@ -95,13 +93,9 @@ def test_demo_maps_one_colour_bar_sentence_and_a_click_ringed_in_both(demo_serve
 
 
 @pytest.fixture(scope="module")
-def alpaca_store(tmp_path_factory) -> Path:
-    if not ALPACA.exists():
-        pytest.skip(f"the AlpacaEval cache is not at {ALPACA}")
-    folder = tmp_path_factory.mktemp("alpaca-space")
-    path = folder / "alpaca.duckdb"
-    with Store(path) as store:
-        store.ingest(pd.read_parquet(ALPACA), source=ALPACA.name)
+def alpaca_store(alpaca_template, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("alpaca-space") / "alpaca.duckdb"
+    shutil.copyfile(alpaca_template, path)  # the run's AlpacaEval store, embedded once
     return path
 
 
