@@ -12,6 +12,15 @@ from pathlib import Path
 
 import pytest
 
+# pytest-xdist's workers share the machine's cores: each worker's BLAS (and the app servers
+# and CLI processes it starts) gets its share of them, not every core. Two workers each
+# running two BLAS threads on two cores wait on each other's spinning threads.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _SHARE = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, _SHARE)
+
 # The app compiles UMAP in a background thread at start
 # (perspective_app.shared.start_umap_warmup); in the test processes that is ~25 s of CPU no
 # test needs (the tests that use UMAP pay it).
