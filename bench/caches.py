@@ -68,3 +68,29 @@ def make_sized_records(
             "response_embedding": list(responses),
         }
     )
+
+
+def make_text_records(n_models: int, n_tasks: int, per_task: int, pool: int, seed: int = 0):
+    """A text cache without embeddings, as an upload gives it: ``n_models × n_tasks ×
+    per_task`` rows, each model answering ``per_task`` of ``pool`` queries per task (about
+    ``n_models·per_task/pool`` models share a query), short texts and 0/1 scores.
+
+    The same rows as ``big_cache`` of ``tests/browser/test_reliability.py`` (the browser
+    test's million-row upload) for the same arguments.
+    """
+    rng = np.random.default_rng(seed)
+    cells = n_models * n_tasks
+    models = np.repeat(np.arange(n_models), n_tasks * per_task)
+    tasks = np.tile(np.repeat(np.arange(n_tasks), per_task), n_models)
+    queries = np.concatenate([rng.choice(pool, per_task, replace=False) for _ in range(cells)])
+    correct = rng.random(len(queries)) < 0.6
+    return pd.DataFrame(
+        {
+            "model": [f"fam{m % 20:02d}/m{m:04d}" for m in models],
+            "task": [f"task{t}" for t in tasks],
+            "query_id": queries.astype(str),
+            "query": [f"task{t} question {q}" for t, q in zip(tasks, queries, strict=True)],
+            "response": np.where(correct, "the right answer", "a wrong answer"),
+            "score": correct.astype(float),
+        }
+    )
