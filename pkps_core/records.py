@@ -9,6 +9,7 @@ line 1 of the file, so data row *k* is on file line *k* + 1).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -78,15 +79,27 @@ def _parse_embedding(value: object) -> np.ndarray | None:
     return np.asarray(value, dtype=float)
 
 
+_CHUNK_ROWS = 65_536
+
+
 def _already_vectors(values: list) -> bool:
-    """Fast path: every cell is already a 1-d float array of one length, all finite."""
-    if not values or not all(isinstance(v, np.ndarray) and v.ndim == 1 for v in values):
+    """Fast path: every cell is already a 1-d float array of one length, all finite.
+
+    "Float" is the dtype the cells stack to (NumPy's promotion of their dtypes), as one
+    ``np.vstack`` of them would give; finiteness is checked :data:`_CHUNK_ROWS` cells at
+    a time, so a million 128-d vectors are never copied into one 1 GB block.
+    """
+    if not values or not all(isinstance(v, np.ndarray) for v in values):
         return False
-    length = values[0].size
-    if length == 0 or any(v.size != length for v in values):
+    shapes = {v.shape for v in values}
+    if len(shapes) != 1 or len(shape := shapes.pop()) != 1 or shape[0] == 0:
         return False
-    stacked = np.vstack(values)
-    return stacked.dtype.kind == "f" and bool(np.isfinite(stacked).all())
+    if functools.reduce(np.promote_types, {v.dtype for v in values}).kind != "f":
+        return False
+    return all(
+        bool(np.isfinite(np.concatenate(values[start : start + _CHUNK_ROWS])).all())
+        for start in range(0, len(values), _CHUNK_ROWS)
+    )
 
 
 def _validate_embeddings(frame: pd.DataFrame, column: str) -> None:
@@ -154,13 +167,61 @@ def _text_cells(values: pd.Series, column: str) -> pd.Series:
     return pd.Series(decoded, index=values.index, dtype=object)
 
 
+def _only_text(values: pd.Series) -> bool:
+    """Every cell is a ``str`` or missing (checked without a Python call per cell)."""
+    if isinstance(values.dtype, pd.StringDtype):
+        return True
+    return values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) in (
+        "string",
+        "empty",
+    )
+
+
+def _text_column(values: pd.Series, column: str) -> pd.Series:
+    """A text column as :func:`validate_records` returns it: identifiers as ``str``
+    (refused when blank), other texts as ``str`` objects or ``None``.
+
+    A column of strings and missing cells only (pandas' ``str`` dtype, as a CSV gives
+    it) is returned as the per-cell conversion would return it, without visiting cells.
+    """
+    only_text = _only_text(values)
+    if not only_text:
+        values = _text_cells(values, column)
+    # An empty response is a real answer (it embeds to the zero vector); only the
+    # identifiers must be non-blank. Missing (None/NaN) is missing for every column.
+    empty = values.isna()
+    required = column in REQUIRED_COLUMNS
+    if required:
+        empty = empty | (values.astype(str).str.strip() == "")
+        if empty.any():
+            raise RecordsError(
+                f"column '{column}' is empty at {_rows(empty.to_numpy())}; every row needs a "
+                f"{column}"
+            )
+    if not only_text:
+        as_text = values.map(lambda v: v if isinstance(v, str) else str(v))
+    elif required and not isinstance(values.dtype, pd.StringDtype):
+        # what ``map`` returns for an object column of strings: pandas' inferred dtype
+        as_text = pd.Series(values.to_numpy(dtype=object), index=values.index)
+    else:
+        as_text = values
+    if not required:
+        # object dtype: under pandas 3 a str column turns None back into NaN, which
+        # the store's Arrow conversion refuses.
+        as_text = as_text.astype(object).where(~empty.to_numpy(), None)
+    return as_text
+
+
 def _validate_scores(frame: pd.DataFrame, column: str, *, required: bool) -> None:
     raw = frame[column]
     numeric = pd.to_numeric(raw, errors="coerce").astype(float)
-    non_numeric = numeric.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+    non_numeric = (numeric.isna() & raw.notna()).to_numpy(dtype=bool, copy=True)
+    if non_numeric.any():  # of the cells that did not parse, blank text is no score
+        blank = (raw[non_numeric].astype(str).str.strip() == "").to_numpy(dtype=bool)
+        non_numeric[np.flatnonzero(non_numeric)[blank]] = False
     if non_numeric.any():
         raise RecordsError(
-            f"column '{column}' is not numeric at {_rows(non_numeric.to_numpy())}; "
+            f"column '{column}' is not numeric at {_rows(non_numeric)}; "
             "scores must be numbers (e.g. 0/1 or a value in [0, 1])"
         )
     infinite = np.isinf(numeric.to_numpy())
@@ -285,25 +346,8 @@ def validate_records(
     frame = frame.reset_index(drop=True)
 
     for column in TEXT_COLUMNS:
-        if column not in frame.columns:
-            continue
-        values = _text_cells(frame[column], column)
-        # An empty response is a real answer (it embeds to the zero vector); only the
-        # identifiers must be non-blank. Missing (None/NaN) is missing for every column.
-        empty = values.isna()
-        if column in REQUIRED_COLUMNS:
-            empty = empty | (values.astype(str).str.strip() == "")
-        if column in REQUIRED_COLUMNS and empty.any():
-            raise RecordsError(
-                f"column '{column}' is empty at {_rows(empty.to_numpy())}; every row needs a "
-                f"{column}"
-            )
-        as_text = values.map(lambda v: v if isinstance(v, str) else str(v))
-        if column not in REQUIRED_COLUMNS:
-            # object dtype: under pandas 3 a str column turns None back into NaN, which
-            # the store's Arrow conversion refuses.
-            as_text = as_text.astype(object).where(~empty.to_numpy(), None)
-        frame[column] = as_text
+        if column in frame.columns:
+            frame[column] = _text_column(frame[column], column)
 
     if "query" in frame.columns and frame["query"].isna().any():
         # A query_id keeps one text: a row without it takes the text its other rows give.
@@ -376,11 +420,21 @@ def validate_records(
             )
 
     if "family" not in frame.columns:
-        frame["family"] = frame["model"].map(default_family)
+        frame["family"] = _families(frame["model"])
     else:
         missing_family = frame["family"].isna()
         frame.loc[missing_family, "family"] = frame.loc[missing_family, "model"].map(default_family)
     return frame
+
+
+def _families(models: pd.Series) -> pd.Series:
+    """``models.map(default_family)``, calling it once per distinct model of a ``str``
+    column (the identifiers' dtype after :func:`_text_column`)."""
+    if not isinstance(models.dtype, pd.StringDtype):
+        return models.map(default_family)
+    codes, distinct = pd.factorize(models)
+    families = np.array([default_family(m) for m in distinct], dtype=object)[codes]
+    return pd.Series(pd.array(families, dtype=models.dtype), index=models.index)
 
 
 def response_representation(records: pd.DataFrame) -> str:

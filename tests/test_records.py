@@ -4,8 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pkps_core import records
 from pkps_core.reading import read_records
 from pkps_core.records import (
+    EMBEDDING_COLUMNS,
+    TEXT_COLUMNS,
     RecordsError,
     cell_table,
     default_family,
@@ -176,3 +179,172 @@ def test_empty_response_text_is_a_real_answer():
     frame.loc[2, "model"] = "  "
     with pytest.raises(RecordsError, match="'model' is empty at row 3"):
         validate_records(frame)
+
+
+# ------------------------------------------------------------------ fast paths, same results
+# validate_records skips its per-cell passes where the column's dtype already answers them
+# (a str column holds no bytes or lists); these tests hold it to the per-cell path's output.
+
+
+def _vstack_check(values):
+    """The embedding check as it was: one np.vstack of every cell."""
+    if not values or not all(isinstance(v, np.ndarray) and v.ndim == 1 for v in values):
+        return False
+    length = values[0].size
+    if length == 0 or any(v.size != length for v in values):
+        return False
+    stacked = np.vstack(values)
+    return stacked.dtype.kind == "f" and bool(np.isfinite(stacked).all())
+
+
+def per_cell(frame, monkeypatch):
+    """``validate_records`` through the per-cell paths only."""
+    with monkeypatch.context() as patch:
+        patch.setattr(records, "_only_text", lambda values: False)
+        patch.setattr(records, "_already_vectors", _vstack_check)
+        patch.setattr(records, "_families", lambda models: models.map(default_family))
+        return validate_records(frame)
+
+
+def assert_same_records(fast, slow):
+    embeddings = [c for c in EMBEDDING_COLUMNS if c in slow.columns]
+    pd.testing.assert_frame_equal(fast.drop(columns=embeddings), slow.drop(columns=embeddings))
+    for column in embeddings:
+        assert fast[column].dtype == slow[column].dtype
+        for a, b in zip(fast[column], slow[column], strict=True):
+            assert type(a) is type(b) and a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+
+
+def _with(**columns):
+    frame = good()
+    for name, values in columns.items():
+        frame[name] = pd.Series(values, dtype=object) if isinstance(values, list) else values
+    return frame
+
+
+def _vectors(dtype=float):
+    return [np.arange(3, dtype=dtype) + i for i in range(4)]
+
+
+FRAMES = {
+    "str columns": good,
+    "object columns": lambda: good().astype(object),
+    "NA string dtype": lambda: good().astype({c: "string" for c in TEXT_COLUMNS[:5]}),
+    "python string storage": lambda: good().astype(
+        {c: pd.StringDtype("python") for c in TEXT_COLUMNS[:5]}
+    ),
+    "missing query texts": lambda: _with(query=["What?", None, np.nan, "Why?"]),
+    "str query with NaN": lambda: good().assign(
+        query=pd.Series(["What?", np.nan, "What?", "Why?"], dtype="str")
+    ),
+    "no query text at all": lambda: _with(query=[None, None, None, None]),
+    "family partly given": lambda: _with(family=["org", None, np.nan, "mine"]),
+    "family as str": lambda: good().assign(family=pd.Series(["a", np.nan, "b", "c"])),
+    "bytes cells": lambda: _with(model=[b"org/a", "org/a", b"other_b", "other_b"]),
+    "bytes response": lambda: _with(response=[b"x", "y", b"z", "w"]),
+    "int query ids": lambda: good().assign(query_id=[1, 9, 1, 9]),
+    "float query ids": lambda: good().assign(query_id=[1.0, 9.5, 1.0, 9.5]),
+    "mixed query ids": lambda: _with(query_id=[1, "q9", 1, "q9"]),
+    "numpy str cells": lambda: _with(task=[np.str_("t1"), "t2", "t1", np.str_("t2")]),
+    "categorical model": lambda: good().astype({"model": "category"}),
+    "score-only": lambda: _with(response=[None, None, None, None]),
+    "object scores": lambda: _with(score=["1", " ", None, 0.5]),
+    "unknown column": lambda: good().assign(note=["a", None, "c", "d"]),
+    "embeddings as arrays": lambda: _with(response_embedding=_vectors()),
+    "float32 embeddings": lambda: _with(response_embedding=_vectors(np.float32)),
+    "int and float embeddings": lambda: _with(
+        query_embedding=[np.arange(3), *_vectors()[1:]], response_embedding=_vectors()
+    ),
+    "int embeddings": lambda: _with(response_embedding=_vectors(int)),
+    "embeddings as lists": lambda: _with(response_embedding=[[0.1, 0.2]] * 4),
+    "embeddings as JSON": lambda: _with(response_embedding=["[0.1, 0.2]", "[1, 2]"] * 2),
+}
+
+
+@pytest.mark.parametrize("name", list(FRAMES))
+def test_fast_paths_return_what_the_per_cell_path_returns(name, monkeypatch):
+    frame = FRAMES[name]()
+    fast = validate_records(frame.copy())
+    assert_same_records(fast, per_cell(frame.copy(), monkeypatch))
+    # validated again, as an upload's files' union and the store's ingest and read are
+    assert_same_records(validate_records(fast), per_cell(fast, monkeypatch))
+
+
+def test_str_columns_are_not_visited_cell_by_cell(monkeypatch):
+    def refuse(values, column):
+        raise AssertionError(f"per-cell pass over {column}")
+
+    monkeypatch.setattr(records, "_text_cells", refuse)
+    validate_records(good())
+    validate_records(good().astype(object))
+    with pytest.raises(AssertionError, match="per-cell pass over model"):
+        validate_records(_with(model=[b"org/a", "org/a", b"other_b", "other_b"]))
+
+
+BAD_FRAMES = {
+    "blank model": lambda: good().assign(model=["org/a", "  ", "other_b", "other_b"]),
+    "missing task in str": lambda: good().assign(
+        task=pd.Series(["t1", np.nan, "t1", "t2"], dtype="str")
+    ),
+    "missing query_id in object": lambda: _with(query_id=["q1", None, "q1", "q9"]),
+    "missing query_id in NA string": lambda: good().assign(
+        query_id=pd.Series(["q1", pd.NA, "q1", "q9"], dtype="string")
+    ),
+    "duplicates": lambda: good().assign(query_id=["q1", "q1", "q1", "q9"], task="t1"),
+    "two query texts": lambda: good().assign(query=["What?", "Why?", "How?", "Why?"]),
+    "bytes not UTF-8": lambda: _with(model=["org/a", b"\xff", "other_b", "other_b"]),
+    "list in a text column": lambda: _with(response=["x", ["y"], "z", "w"]),
+    "response partly missing": lambda: good().assign(
+        response=pd.Series(["x", np.nan, "z", "w"], dtype="str")
+    ),
+    "non-numeric score": lambda: _with(score=["1", "high", " ", "0"]),
+    "embedding with NaN": lambda: _with(
+        response_embedding=[*_vectors()[:3], np.array([0.0, np.nan, 1.0])]
+    ),
+    "embeddings of two lengths": lambda: _with(response_embedding=[*_vectors()[:3], np.zeros(2)]),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FRAMES))
+def test_fast_paths_refuse_with_the_per_cell_paths_message(name, monkeypatch):
+    with pytest.raises(RecordsError) as slow:
+        per_cell(BAD_FRAMES[name](), monkeypatch)
+    with pytest.raises(RecordsError) as fast:
+        validate_records(BAD_FRAMES[name]())
+    assert str(fast.value) == str(slow.value)
+
+
+def test_blank_score_text_is_missing_and_other_text_is_not_numeric():
+    frame = pd.concat([good()] * 2, ignore_index=True).assign(query_id=[f"q{i}" for i in range(8)])
+    frame["score"] = pd.Series([" ", "x", None, "1", np.nan, "", "y", 0.5], dtype=object)
+    with pytest.raises(RecordsError, match=r"'score' is not numeric at rows 2, 7;"):
+        validate_records(frame)
+
+
+VECTOR_CELLS = {
+    "float64": _vectors(),
+    "float32 and float64": [*_vectors(np.float32)[:2], *_vectors()[2:]],
+    "int then float": [*_vectors(int)[:2], *_vectors()[2:]],
+    "ints": _vectors(int),
+    "bools": [np.array([True, False])] * 4,
+    "complex": [np.ones(2, dtype=complex)] * 4,
+    "strings": [np.array(["0.1", "0.2"])] * 4,
+    "objects": [np.array([0.1, 0.2], dtype=object)] * 4,
+    "infinite in the last chunk": [*_vectors()[:3], np.array([0.0, np.inf, 1.0])],
+    "NaN in the first chunk": [np.array([np.nan, 0.0, 1.0]), *_vectors()[1:]],
+    "two lengths": [*_vectors()[:3], np.zeros(2)],
+    "empty vectors": [np.zeros(0)] * 4,
+    "a 2-d cell": [*_vectors()[:3], np.zeros((1, 3))],
+    "a list cell": [*_vectors()[:3], [0.0, 1.0, 2.0]],
+    "one cell": _vectors()[:1],
+    "no cells": [],
+}
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 65_536])
+@pytest.mark.parametrize("name", list(VECTOR_CELLS))
+def test_chunked_embedding_check_answers_as_one_vstack(name, chunk, monkeypatch):
+    monkeypatch.setattr(records, "_CHUNK_ROWS", chunk)
+    cells = VECTOR_CELLS[name]
+    assert records._already_vectors(cells) == _vstack_check(cells)
