@@ -15,6 +15,7 @@ import io
 import os
 import zlib
 
+import numpy as np
 import pandas as pd
 
 from pkps_core.records import TEXT_COLUMNS, RecordsError
@@ -207,15 +208,14 @@ def _check_swallowed_rows(frame: pd.DataFrame, path: str, sep: str) -> None:
         return
     columns = list(frame.columns)
     at_model, at_task = columns.index("model"), columns.index("task")
-    models = set(frame["model"].dropna().astype(str))
-    tasks = set(frame["task"].dropna().astype(str))
+    models = set(frame["model"].dropna().astype(str).unique())
+    tasks = set(frame["task"].dropna().astype(str).unique())
     for position, column in enumerate(columns):
         values = frame.iloc[:, position]
         if pd.api.types.is_numeric_dtype(values):
             continue
-        for row, value in enumerate(values, start=1):
-            if not isinstance(value, str) or "\n" not in value:
-                continue
+        for row in _rows_with_line_ends(values):
+            value = values.iat[row - 1]
             for line in value.split("\n")[1:]:
                 fields = line.rstrip("\r").split(sep)
                 if (
@@ -230,3 +230,15 @@ def _check_swallowed_rows(frame: pd.DataFrame, path: str, sep: str) -> None:
                         "opened a quoted field there; remove it, or write a quote inside a "
                         'quoted field as two ("")'
                     )
+
+
+def _rows_with_line_ends(values: pd.Series) -> list[int]:
+    """1-based rows of ``values`` whose cell is a string holding a line end; a ``str``
+    column (as pandas reads text) is searched without a Python call per cell."""
+    if isinstance(values.dtype, pd.StringDtype):
+        found = values.str.contains("\n", regex=False).to_numpy(dtype=bool, na_value=False)
+    else:
+        found = np.fromiter(
+            (isinstance(v, str) and "\n" in v for v in values), dtype=bool, count=len(values)
+        )
+    return (np.flatnonzero(found) + 1).tolist()

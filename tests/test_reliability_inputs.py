@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from pkps_core.importers import load
-from pkps_core.reading import read_records
+from pkps_core.reading import _rows_with_line_ends, read_records
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.store import Store
 
@@ -120,6 +120,31 @@ def test_empty_response_without_score_is_still_missing(tmp_path):
     # a score-only cache written with an empty response column stays score-only
     path.write_text("model,task,query_id,response,score\na,t,q1,,0\na,t,q2,,1\n")
     assert validate_records(read_records(str(path)))["response"].isna().all()
+
+
+def test_a_stray_quote_after_real_multi_line_texts_names_its_own_row(tmp_path):
+    """Only cells holding a line end are looked at; the row named is still the cell's."""
+    path = tmp_path / "stray.csv"
+    lines = ["model,task,query_id,query,response,score"]
+    lines += [f"m,t,q{i},what is {i},answer {i},1" for i in range(1, 7)]
+    lines[2] = 'm,t,q2,what is 2,"two lines,\nthe second with a comma",1'  # a real text
+    lines[4] = 'm,t,q4,what is 4,"four,1'  # the stray quote, closed on the next line
+    lines[5] = 'm,t,q5,what is 5,five",0'
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordsError) as refused:
+        read_records(str(path))
+    message = str(refused.value)
+    assert message.startswith(f"{path}: row 4's 'response' runs over several lines")
+    assert "'m,t,q5,what is 5,five'" in message
+
+
+def test_line_ends_are_found_in_str_and_object_columns_alike():
+    cells = ["a", "b\nc", None, "d", "\n", "e\r\nf", "", "g"]
+    expected = [2, 5, 6]
+    assert _rows_with_line_ends(pd.Series(cells, dtype="str")) == expected
+    assert _rows_with_line_ends(pd.Series(cells, dtype="string")) == expected
+    assert _rows_with_line_ends(pd.Series(cells, dtype=object)) == expected
+    assert _rows_with_line_ends(pd.Series([*cells, 3, b"x\ny"], dtype=object)) == expected
 
 
 def blank_query_csv(tmp_path: Path, *, text_elsewhere: bool) -> Path:
