@@ -16,7 +16,8 @@ import pytest
 from pkps_core.importers import load
 from pkps_core.reading import _rows_with_line_ends, read_records
 from pkps_core.records import RecordsError, validate_records
-from pkps_core.store import Store
+from pkps_core.store import Store, text_hash
+from pkps_core.store.ingest import _incoming_table
 
 ROOT = Path(__file__).resolve().parents[1]
 NA_TOKENS = ["None", "NA", "N/A", "null", "NaN", "nan", "#N/A", "<NA>"]
@@ -145,6 +146,30 @@ def test_line_ends_are_found_in_str_and_object_columns_alike():
     assert _rows_with_line_ends(pd.Series(cells, dtype="string")) == expected
     assert _rows_with_line_ends(pd.Series(cells, dtype=object)) == expected
     assert _rows_with_line_ends(pd.Series([*cells, 3, b"x\ny"], dtype=object)) == expected
+
+
+def test_incoming_rows_carry_each_texts_own_hash():
+    """Hashing each distinct text once still gives every row its own text's hash."""
+    frame = validate_records(
+        pd.DataFrame(
+            {
+                "model": ["a", "a", "b", "b", "c"],
+                "task": "t",
+                "query_id": ["q1", "q2", "q1", "q2", "q3"],
+                "query": ["one", None, "one", "two", "héllo ✓"],
+                "response": ["x", "", "x", "y", "x"],
+                "score": 1.0,
+            }
+        )
+    )
+    table = _incoming_table(frame, "test.csv").to_pydict()
+    for name in ("query", "response"):
+        texts = frame[name].tolist()
+        assert table[name] == texts
+        assert table[f"{name}_hash"] == [None if t is None else text_hash(t) for t in texts]
+    assert table["query"][1] == "two"  # the blank query took its query_id's text
+    for name in ("model", "task", "query_id", "family"):
+        assert table[name] == frame[name].tolist()
 
 
 def blank_query_csv(tmp_path: Path, *, text_elsewhere: bool) -> Path:

@@ -58,17 +58,31 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _strings(values: pd.Series) -> pa.Array:
+    """A text column as an Arrow string array; a ``str`` column hands over its own Arrow
+    data instead of a Python object per cell."""
+    if isinstance(values.dtype, pd.StringDtype):
+        return pa.array(values.array, type=pa.string())
+    return pa.array(values.to_numpy(dtype=object), type=pa.string())
+
+
+def _text_hashes(texts: pa.Array) -> pa.Array:
+    """:func:`text_hash` of each text (null stays null), each distinct text hashed once:
+    a cache repeats its query texts across models and its responses often."""
+    encoded = texts.dictionary_encode()  # null stays a null index
+    distinct = encoded.dictionary.to_pylist()
+    return pa.array([text_hash(text) for text in distinct], type=pa.string()).take(encoded.indices)
+
+
 def _incoming_table(frame: pd.DataFrame, source: str) -> pa.Table:
     n = len(frame)
     columns: dict[str, pa.Array] = {}
     for name in ("model", "task", "query_id", "family"):
-        columns[name] = pa.array(frame[name].tolist(), type=pa.string())
+        columns[name] = _strings(frame[name])
     for name in ("query", "response"):
-        values = frame[name].tolist() if name in frame.columns else [None] * n
-        columns[name] = pa.array(values, type=pa.string())
-        columns[f"{name}_hash"] = pa.array(
-            [None if v is None else text_hash(v) for v in values], type=pa.string()
-        )
+        texts = _strings(frame[name]) if name in frame.columns else pa.nulls(n, pa.string())
+        columns[name] = texts
+        columns[f"{name}_hash"] = _text_hashes(texts)
     for name in ("score", "reference_score"):
         values = frame[name].to_numpy(dtype=float) if name in frame.columns else np.full(n, np.nan)
         columns[name] = pa.array(values, type=pa.float64(), from_pandas=True)
