@@ -256,7 +256,8 @@ def test_workers_stay_under_their_memory_limit(many_queries):
 
 
 @pytest.mark.slow
-def test_unreachable_scheduler_is_one_line(synthetic):
+def test_unreachable_scheduler_is_one_line(synthetic, monkeypatch):
+    monkeypatch.setenv("PKPS_DASK_CONNECT_TIMEOUT", "1s")  # (10 s by default)
     space = PerspectiveSpace(engine="dask", client="tcp://127.0.0.1:9")
     with pytest.raises(ValueError, match=r"cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
         space.fit(synthetic)
@@ -340,6 +341,7 @@ def test_cli_refuses_bad_scheduler_and_non_dataset_in_one_line(tmp_path, synthet
     bad = _cli(
         "predict", "--input", str(cache), "--out", str(tmp_path / "o.csv"),
         "--engine", "dask", "--scheduler", "tcp://127.0.0.1:9",
+        env={"PKPS_DASK_CONNECT_TIMEOUT": "1s"},
     )  # fmt: skip
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0

@@ -43,6 +43,7 @@ from pkps_core.records import RecordsError
 SAMPLE_TEXTS = 50_000  # distinct texts per kind the embedders are fitted on
 SCHEDULER_ENV = "PKPS_DASK_SCHEDULER"
 CONNECT_TIMEOUT = "10s"
+CONNECT_TIMEOUT_ENV = "PKPS_DASK_CONNECT_TIMEOUT"  # e.g. "30s" for a far scheduler
 
 
 def import_distributed():
@@ -61,7 +62,8 @@ def connect(address: str):
     """A client of the scheduler at ``address``; a one-line ValueError if unreachable."""
     distributed = import_distributed()
     try:
-        return distributed.Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        timeout = os.environ.get(CONNECT_TIMEOUT_ENV) or CONNECT_TIMEOUT
+        return distributed.Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         detail = " ".join(str(exc).split())[:160]
         raise ValueError(
