@@ -353,3 +353,29 @@ def test_cli_refuses_bad_scheduler_and_non_dataset_in_one_line(tmp_path, synthet
     assert refused.returncode == 2
     assert "is not a Parquet dataset" in refused.stderr
     assert refused.stderr.strip().count("\n") == 0
+
+
+def test_each_worker_thread_is_warmed_while_the_data_travel(client):
+    """A fit's first step on the cluster: one warm-up per worker thread, on that worker,
+    leaving a touched buffer big enough for any tile of the fit in its idle list (so the
+    first tile pays no page faults) — and the same sums as without it."""
+    from pkps_core.space import runtime
+    from pkps_core.space.dask_engine import dask_backend
+
+    client.run(runtime.release_buffers)
+    layout, features, queries, median = _unpaired_arrays(seed=4)
+    grid = [0.0, median]
+    block_bytes = 1 << 20
+    local = AffinityEngine(layout, features, queries, block_bytes=block_bytes).grid_sums(grid)
+    with AffinityEngine(
+        layout, features, queries, block_bytes=block_bytes, backend=dask_backend(client)
+    ) as remote:
+        got = remote.grid_sums(grid)
+        threads = sum(client.nthreads().values())
+        assert remote.backend.task_counts["warm"] == threads
+        assert all(f.status == "finished" for f in remote.backend._warming)
+    idle = client.run(lambda: [b.size for b in runtime._IDLE_BUFFERS])
+    assert len(idle) == len(client.nthreads())
+    assert all(max(sizes) >= block_bytes // 8 for sizes in idle.values())
+    for a, b in zip(local, got, strict=True):
+        _assert_same_sums(a, b)

@@ -53,6 +53,7 @@ from pkps_core.space.dask_tasks import (
     project,
     query_distances,
     query_pieces,
+    warm_up,
 )
 
 # the names the command line takes from here, the cluster's address and connection with them
@@ -106,6 +107,7 @@ class DaskBackend:
         self._sender = concurrent.futures.ThreadPoolExecutor(1, "pkps-scatter")
         self._sent: concurrent.futures.Future | None = None
         self._lock, self._query_future = threading.Lock(), None
+        self._warming: list = []
 
     def sharing(self, engine) -> DaskBackend:
         """A backend over ``engine``'s features on the same cluster."""
@@ -113,6 +115,7 @@ class DaskBackend:
 
     def close(self) -> None:
         self._sender.shutdown()
+        self._warming = []
         if self._owns_client:
             self.client.close()
             self._owns_client = False
@@ -179,10 +182,26 @@ class DaskBackend:
         return self._sent
 
     def _send(self):
+        if self._source is None:  # (once per cluster and fit)
+            self._warming = self._warm_up()
         columns = self._columns
         pieces = self._pieces if self.response_kernel != "rbf" else None  # (pairwise: blocks)
         self.__dict__.pop("_augmented", None)  # (the blocks and pieces hold their copies)
         return self._queries(), columns, pieces
+
+    def _warm_up(self) -> list:
+        """One :func:`~dask_tasks.warm_up` per worker thread, on that worker: a tile's
+        buffer holds at most ``block_bytes`` of slabs, Y and transfers plus one query's
+        share (the stretches are cut to fit), so a tenth more serves every tile. Their
+        futures are kept until :meth:`close` (a released future may be cancelled)."""
+        size = int(1.1 * self.block_bytes) // 8
+        return [
+            self._submit(
+                warm_up, size, kind="warm", workers=[worker], allow_other_workers=False, pure=False
+            )
+            for worker, threads in self.client.nthreads().items()
+            for _ in range(threads)
+        ]
 
     def count_within(self, cutoffs: list[float]) -> list[int]:
         """Counted here, a block of query rows at a time (M² q flops; no M × M held)."""
