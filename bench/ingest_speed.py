@@ -5,7 +5,9 @@ The cache is the browser test's million-row upload (``make_text_records``: 1000 
 folder. The stages are the Data page's: :func:`pkps_core.uploads.read_uploads` on the
 file's bytes (read, importer validation, the upload's validation of the concatenation),
 :meth:`Store.ingest` of its records, and the first :meth:`Store.records` (embeds every
-distinct text once, then validates the frame with its embeddings). Prints a Markdown table.
+distinct text once, then validates the frame with its embeddings). A last row times
+:func:`validate_records` alone on the records read, its share of that last stage. Prints a
+Markdown table.
 
 Run with ``PYTHONPATH=. .venv/bin/python bench/ingest_speed.py``.
 """
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench.caches import make_text_records
+from pkps_core.records import validate_records
 from pkps_core.store import Store
 from pkps_core.uploads import read_uploads
 
@@ -53,8 +56,13 @@ def main() -> None:
             started = time.perf_counter()
             records = store.records()
             rows.append(("first Store.records (embeds texts)", time.perf_counter() - started))
+    started = time.perf_counter()
+    validate_records(records)
+    validating = time.perf_counter() - started
     assert report.added == len(result.records) == len(records), (report, len(records))
     rows.append(("total", sum(seconds for _, seconds in rows)))
+    # the last step of Store.records, on a frame like the one it validates
+    rows.append(("(validate_records of those records, with embeddings)", validating))
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
