@@ -1,11 +1,10 @@
 """The command line, run as a user runs it: ``python -m pkps_core``."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = [
@@ -32,13 +31,9 @@ COLUMNS = [
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The command, asked in this process (tests/cli_in_process.py: the same cli.main, its
+    output and exit status; a process start is not what these tests check)."""
+    return run_in_process(*args)
 
 
 @pytest.fixture(scope="module")

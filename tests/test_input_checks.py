@@ -4,13 +4,12 @@ partially known tasks are predicted on the shared ones with a note."""
 
 import hashlib
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 
 from pkps_core.records import RecordsError, check_score_range, validate_records
 from pkps_core.store import Store
@@ -22,13 +21,9 @@ ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parqu
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    """The command, asked in this process (tests/cli_in_process.py: the same cli.main, its
+    output and exit status; a process start is not what these tests check)."""
+    return run_in_process(*args)
 
 
 def one_model(tasks=("t1", "t2"), scores=(0.2, 0.8)) -> pd.DataFrame:

@@ -1,11 +1,10 @@
 """``python -m pkps_core report``: the New model page's report, headless."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 
 from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
@@ -16,13 +15,9 @@ TARGET = "fam1/model-03"
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The command, asked in this process (tests/cli_in_process.py: the same cli.main, its
+    output and exit status; a process start is not what these tests check)."""
+    return run_in_process(*args)
 
 
 @pytest.fixture(scope="module")

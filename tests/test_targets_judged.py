@@ -3,13 +3,12 @@ from those and judged against its full-data cell score; without targets, a metho
 reads the cell's own scores is not judged against itself."""
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 from streamlit.testing.v1 import AppTest
 
 from perspective_app import shared
@@ -33,13 +32,9 @@ ALPACA_TARGETS = [
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    """The command, asked in this process (tests/cli_in_process.py: the same cli.main, its
+    output and exit status; a process start is not what these tests check)."""
+    return run_in_process(*args)
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,12 @@
 """Trust tools: conformal intervals, extrapolation warnings, the next-cells ranking."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 
 from pkps_core.predict import build_context, predict
 from pkps_core.synthetic import make_synthetic
@@ -199,13 +198,9 @@ def test_next_cells_ranks_missing_then_thin_cells_widest_first(sparse_prediction
 
 
 def _run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The command, asked in this process (tests/cli_in_process.py: the same cli.main, its
+    output and exit status; a process start is not what these tests check)."""
+    return run_in_process(*args)
 
 
 @pytest.mark.slow
