@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_in_process
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
@@ -83,6 +84,10 @@ def test_without_a_browser_the_png_export_says_so_in_one_line(report, monkeypatc
 
 
 def _run_report(*args, env=None):
+    """``report`` asked in this process (tests/cli_in_process.py); in a process of its own
+    where ``env`` is given (an environment read when the PNG library loads)."""
+    if env is None:
+        return run_in_process("report", *args)
     return subprocess.run(
         [sys.executable, "-m", "pkps_core", "report", *args],
         cwd=ROOT,

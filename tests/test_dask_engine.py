@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from cli_in_process import run_in_process
 from dask_cluster import WORKER_MEMORY, local_cluster
 
 from bench.caches import make_bench_records
@@ -294,15 +295,8 @@ def test_library_fits_without_dask():
 
 
 def _cli(*args, env=None):
-    import os
-
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-    )
+    """The command asked in this process (tests/cli_in_process.py: the same cli.main)."""
+    return run_in_process(*args, env=env)
 
 
 @pytest.mark.slow

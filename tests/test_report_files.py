@@ -7,11 +7,11 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 
 from pkps_core import report as reports
 from pkps_core.demo import demo_records
@@ -22,13 +22,8 @@ SECOND_LINE = "second line & <b>not bold</b>"
 
 
 def _run_report(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", "report", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    """``report`` asked in this process (tests/cli_in_process.py: the same cli.main)."""
+    return run_in_process("report", *args)
 
 
 @pytest.fixture(scope="module")
