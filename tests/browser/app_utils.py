@@ -11,6 +11,8 @@ installs ``chromium-headless-shell``.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import re
 import shutil
@@ -18,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -289,12 +292,28 @@ def watched(page, name: str) -> list[str]:
 
 
 def upload(session: Session, *files: tuple[str, bytes]) -> None:
-    """Put files into the Data page's uploader and wait until they are listed."""
-    uploader = session.page.get_by_test_id("stFileUploaderDropzoneInput")
-    uploader.set_input_files(
-        [{"name": name, "mimeType": "text/csv", "buffer": data} for name, data in files]
-    )
+    """Put files into the Data page's uploader and wait until they are listed.
+
+    The bytes are written to files of their names and the uploader is given the paths,
+    as a user picks files: Playwright hands a local browser a path as it is, but sends a
+    buffer through its protocol (base64), which took 14 s for a 38 MB CSV against 0.5 s.
+    The files stay until the test process ends (the browser reads them while uploading).
+    """
+    folder = Path(tempfile.mkdtemp(dir=_upload_root()))
+    paths = []
+    for name, data in files:
+        path = folder / name
+        path.write_bytes(data)
+        paths.append(str(path))
+    session.page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(paths)
     wait_for_app(session.page)
+
+
+@functools.cache
+def _upload_root() -> str:
+    root = tempfile.mkdtemp(prefix="pkps-uploads-")
+    atexit.register(shutil.rmtree, root, True)
+    return root
 
 
 def import_button(session: Session):
