@@ -75,8 +75,8 @@ def make_text_records(n_models: int, n_tasks: int, per_task: int, pool: int, see
     per_task`` rows, each model answering ``per_task`` of ``pool`` queries per task (about
     ``n_models·per_task/pool`` models share a query), short texts and 0/1 scores.
 
-    The same rows as ``big_cache`` of ``tests/browser/test_reliability.py`` (the browser
-    test's million-row upload) for the same arguments.
+    The browser test's million-row upload (``tests/browser/test_reliability.py``) and
+    ``bench/ingest_speed.py`` read the same rows.
     """
     rng = np.random.default_rng(seed)
     cells = n_models * n_tasks

@@ -5,37 +5,15 @@ from __future__ import annotations
 import json
 import time
 
-import numpy as np
-import pandas as pd
 import pytest
 from app_utils import ROOT, go_to, import_button, upload, wait_for_app, watch, watched
 from playwright.sync_api import expect
 
+from bench.caches import make_text_records
 from pkps_core.store import Store
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = ROOT / "artifacts"
-
-
-def big_cache(n_models: int, n_tasks: int, per_task: int, pool: int, seed: int) -> pd.DataFrame:
-    """``n_models × n_tasks × per_task`` rows: each model answers ``per_task`` of ``pool``
-    queries per task (about ``n_models·per_task/pool`` models share a query), short texts."""
-    rng = np.random.default_rng(seed)
-    cells = n_models * n_tasks
-    models = np.repeat(np.arange(n_models), n_tasks * per_task)
-    tasks = np.tile(np.repeat(np.arange(n_tasks), per_task), n_models)
-    queries = np.concatenate([rng.choice(pool, per_task, replace=False) for _ in range(cells)])
-    correct = rng.random(len(queries)) < 0.6
-    return pd.DataFrame(
-        {
-            "model": [f"fam{m % 20:02d}/m{m:04d}" for m in models],
-            "task": [f"task{t}" for t in tasks],
-            "query_id": queries.astype(str),
-            "query": [f"task{t} question {q}" for t, q in zip(tasks, queries, strict=True)],
-            "response": np.where(correct, "the right answer", "a wrong answer"),
-            "score": correct.astype(float),
-        }
-    )
 
 
 @pytest.mark.slow
@@ -46,7 +24,7 @@ def test_server_killed_mid_ingest_restarts_with_all_or_none(
     as the page says the rows are being stored (inside ``Store.ingest``)."""
     with Store(demo_copy) as before:
         before_hash, before_rows = before.content_hash(), before.summary()["responses"]
-    frame = big_cache(400, 5, 150, 3000, seed=3)
+    frame = make_text_records(400, 5, 150, 3000, seed=3)
     server = start_server(demo_copy)
     session = new_session().open(server)
     go_to(session, "Data")
@@ -78,7 +56,7 @@ def test_a_million_rows_ingest_with_progress(tmp_path, start_server, new_session
     query) uploaded and imported through the app; reports time and the server's peak
     memory (VmHWM) in ``artifacts/measurements.json``."""
     csv = tmp_path / "million.csv"
-    big_cache(1000, 4, 250, 25_000, seed=4).to_csv(csv, index=False)
+    make_text_records(1000, 4, 250, 25_000, seed=4).to_csv(csv, index=False)
     store = tmp_path / "million.duckdb"
     server = start_server(store)
     session = new_session().open(server)
