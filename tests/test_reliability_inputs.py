@@ -5,13 +5,11 @@ Each file is generated in ``tmp_path``; the library and the command line both re
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 
 from pkps_core.importers import load
 from pkps_core.reading import _rows_with_line_ends, read_records
@@ -24,15 +22,9 @@ NA_TOKENS = ["None", "NA", "N/A", "null", "NaN", "nan", "#N/A", "<NA>"]
 
 
 def run(*args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The command, asked in this process (tests/cli_in_process.py: the same cli.main, its
+    output and exit status; a process start is not what these tests check)."""
+    return run_in_process(*args)
 
 
 def one_line_error(done, *needles):
