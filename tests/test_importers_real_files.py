@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cli_in_process import run_in_process
 from importer_corpus import FORMATS, inspect_sample, write_alpaca
 
 from pkps_core.importers import detect_format, load
@@ -41,13 +40,9 @@ def need(path: Path) -> Path:
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pkps_core", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """The command, asked in this process (tests/cli_in_process.py: the same cli.main, its
+    output and exit status; a process start is not what these tests check)."""
+    return run_in_process(*args)
 
 
 def notes(done) -> list[str]:

@@ -3,12 +3,10 @@ target do not serve it, and nothing crashes."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
+from cli_in_process import run_in_process
 
 from pkps_core.predict import build_context, predict
 from pkps_core.predictor import ReferencePredictor
@@ -70,14 +68,9 @@ def test_report_cli_on_a_mixed_store(records, tmp_path):
     source = tmp_path / "mixed.csv"
     records.to_csv(source, index=False)
     db = tmp_path / "store.duckdb"
-    run = [sys.executable, "-m", "pkps_core"]
-    done = subprocess.run(
-        [*run, "ingest", str(source), "--db", str(db)], capture_output=True, text=True
-    )
+    done = run_in_process("ingest", source, "--db", db)  # (tests/cli_in_process.py)
     assert done.returncode == 0, done.stderr
-    done = subprocess.run(
-        [*run, "report", "--db", str(db), "--model", "a0/model"], capture_output=True, text=True
-    )
+    done = run_in_process("report", "--db", db, "--model", "a0/model")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert "a0/model" in done.stdout
