@@ -129,7 +129,7 @@ class AppServer:
                         return
             except OSError:
                 pass
-            time.sleep(0.25)
+            time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"streamlit not healthy after {STARTUP_TIMEOUT} s:\n{self.log_tail()}")
 
@@ -182,15 +182,16 @@ class Session:
 
 def wait_for_app(page, timeout: float = SCRIPT_TIMEOUT_MS) -> None:
     """Wait until the app is connected and its script run has finished (Streamlit's
-    ``wait_for_app_run``)."""
-    page.wait_for_timeout(250)
+    ``wait_for_app_run``, with its waits: 155 ms for the widgets' debounce before, 100 ms
+    for the page to draw after)."""
+    page.wait_for_timeout(155)
     page.wait_for_selector(
         "[data-testid='stApp'][data-test-connection-state='CONNECTED']", timeout=timeout
     )
     page.wait_for_selector(
         "[data-testid='stApp'][data-test-script-state='notRunning']", timeout=timeout
     )
-    page.wait_for_timeout(150)
+    page.wait_for_timeout(100)
 
 
 def screenshot(page, name: str) -> Path:
