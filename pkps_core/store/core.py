@@ -329,7 +329,11 @@ class Store:
             # Text for some rows only: embeddings from text cannot cover the selection.
             return
         vectors = self._embed_hashes(kind, frame, template)
-        frame[column] = [vectors[h] for h in hashes]
+        codes, distinct = pd.factorize(hashes)  # each distinct text's vector looked up once
+        cells = np.empty(len(distinct), dtype=object)
+        for k, text_hash in enumerate(distinct):
+            cells[k] = vectors[text_hash]
+        frame[column] = cells[codes]
 
     def _embed_hashes(
         self, kind: str, frame: pd.DataFrame, template: TextEmbedder
