@@ -71,10 +71,13 @@ def test_the_estimate_is_of_the_order_of_the_real_pair_sum():
     features = rng.normal(size=(n, 49))
     query_kernel = np.exp(-rng.random((600, 600)))
     estimate = views.rbf_fit_seconds(n, models, 49, 1)
-    start = time.perf_counter()
-    pairwise_sums(layout, features, query_kernel, "rbf", 1.0, DEFAULT_BLOCK_BYTES)
-    actual = time.perf_counter() - start
-    assert actual / 4 < estimate < actual * 4, (estimate, actual)
+    runs = []
+    for _ in range(2):  # the better of two, as the estimate times its sample
+        start = time.perf_counter()
+        pairwise_sums(layout, features, query_kernel, "rbf", 1.0, DEFAULT_BLOCK_BYTES)
+        runs.append(time.perf_counter() - start)
+    actual = min(runs)
+    assert actual / 4 < estimate < actual * 4, (estimate, runs)
 
 
 def test_passes_and_duration_text():
