@@ -9,14 +9,12 @@ import shutil
 import time
 
 import pytest
-from app_utils import ROOT, wait_for_app
+from app_utils import wait_for_app
 from playwright.sync_api import expect
 
 from pkps_core.cli import main as cli
 
 pytestmark = pytest.mark.browser
-
-ALPACA = ROOT.parent / "shared" / "data" / "alpaca_eval" / "alpaca_eval_40.parquet"
 
 
 def _open_board(session) -> tuple[float, float]:
