@@ -7,8 +7,9 @@ Run from the repository root (about 10 minutes on 2 cores)::
 Five AlpacaEval models are held out as new (their 4 responses per task uploaded, scored);
 the other 35 are ingested into a fresh DuckDB store (under ``/tmp``). Measured in one run:
 the refit path (:func:`pkps_core.views.new_model.new_model_report`) for one new model; the
-predictor's fit (``stored_predictor(fit="always")``, handed the records as the refit path is; median of 3); a new model's warm latency (predictor
-in memory, median of 5) split into embedding the upload and placing it
+predictor's fit (``stored_predictor(fit="always")``, handed the records as the refit path
+is; median of 3); a new model's warm latency (predictor in memory, median of 5) split into
+embedding the upload and placing it
 (:func:`~pkps_core.views.new_model.placed_model_report`); cold latency (a fresh Python
 process that opens the store, reads the kept fit and reports the upload; and a fresh
 ``report --model`` process on a stored model); the demo store's warm latency; and a batch

@@ -338,9 +338,13 @@ def report_html(report: NewModelReport, store: str | None = None) -> str:
         _table_html(report.overall_rows()),
         "<h2>Per task</h2>",
         _table_html(report.rows()),
-        tasks_figure(report).to_html(full_html=False, include_plotlyjs=True),
+        tasks_figure(report).to_html(
+            full_html=False, include_plotlyjs=True, div_id="pkps-tasks-figure"
+        ),
         "<h2>Where it stands</h2>",
-        scatter_figure(report).to_html(full_html=False, include_plotlyjs=False),
+        scatter_figure(report).to_html(
+            full_html=False, include_plotlyjs=False, div_id="pkps-map-figure"
+        ),
         "<h3>Nearest references in PKPS</h3>",
         _table_html(report.neighbours),
         "<h3>Their responses to the queries closest to its own</h3>",

@@ -282,6 +282,7 @@ downloads[0].download_button(
     data=lambda: views.export_bytes(result.long, "csv"),
     file_name=f"pkps-{run['protocol']}.csv",
     mime="text/csv",
+    on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
     help="One row per seed, setting, method and target cell, with `note` (why a cell has no "
     "error) and `mae_weight` (its weight in the MAE table).",
 )
@@ -290,5 +291,6 @@ downloads[1].download_button(
     data=lambda: views.export_bytes(views.summary_export(result), "csv"),
     file_name=f"pkps-{run['protocol']}-mae.csv",
     mime="text/csv",
+    on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
     help="The MAE table's numbers unrounded, with the seeds, cells and share of cells behind each.",
 )

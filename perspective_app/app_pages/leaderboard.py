@@ -193,6 +193,7 @@ buttons[0].download_button(
     "leaderboard.csv",
     "text/csv",
     key="leaderboard_csv",
+    on_click="ignore",
 )
 buttons[1].download_button(
     "Parquet",
@@ -200,6 +201,7 @@ buttons[1].download_button(
     "leaderboard.parquet",
     "application/octet-stream",
     key="leaderboard_parquet",
+    on_click="ignore",
 )
 buttons[2].download_button(
     "HTML",
@@ -207,4 +209,5 @@ buttons[2].download_button(
     "leaderboard.html",
     "text/html",
     key="leaderboard_html",
+    on_click="ignore",
 )

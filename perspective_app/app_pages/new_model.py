@@ -317,6 +317,7 @@ with export:
         export_bytes(result.rows(), "csv"),  # formula-like cells neutralised
         file_name="new_model_report.csv",
         mime="text/csv",
+        on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
         key="new_model_csv",
         help="One row per task.",
     )
@@ -325,6 +326,7 @@ with export:
         export_bytes(result.overall_rows(), "csv"),
         file_name="new_model_overall.csv",
         mime="text/csv",
+        on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
         key="new_model_overall_csv",
         help="The overall score, its interval and the rank, in a file of its own.",
     )
@@ -333,6 +335,7 @@ with export:
         reports.report_html(result, store=shared.url_name(path)).encode(),
         file_name="new_model_report.html",
         mime="text/html",
+        on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
         key="new_model_html",
         help="One self-contained file (plotly.js inside): it opens without internet.",
     )
@@ -361,6 +364,7 @@ with export:
                 pngs[name],
                 file_name=f"new_model_{name}.png",
                 mime="image/png",
+                on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
                 key=f"new_model_png_{name}",
             )
     if source != "From the store":

@@ -230,6 +230,7 @@ st.download_button(
     table_bytes(comparison.shown_coordinates(compared, metadata), "csv"),
     file_name="coordinates.csv",
     mime="text/csv",
+    on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
     help="The 2-D view shown (DKPS aligned), with each model's overall score, family and "
     "responses.",
 )
