@@ -108,8 +108,11 @@ def test_reload_keeps_the_prediction_settings_and_the_new_models_choice(
     targets = page.get_by_test_id("stMultiSelect").filter(has_text="Targets")
     targets.locator("input").click()
     targets.locator("input").fill("fam1/model-4")
-    page.keyboard.press("Enter")
+    # the option, once the list shows it (Enter typed before then selected nothing when the
+    # machine was busy)
+    page.get_by_role("option", name="fam1/model-4", exact=True).click()
     page.keyboard.press("Escape")
+    expect(targets).to_contain_text("fam1/model-4")
     budget = page.get_by_test_id("stNumberInput").filter(has_text="Target budget").locator("input")
     budget.fill("2")
     page.get_by_test_id("stFormSubmitButton").filter(has_text="Predict").locator("button").click()
