@@ -184,6 +184,41 @@ def test_no_module_imports_a_page_script():
     assert importers == []
 
 
+def test_every_download_button_goes_through_the_shared_helper():
+    """A download that reruns the page re-registers its file while the browser fetches it
+    (a cancelled download in CI): every page's button is ``shared.download_button``, which
+    sets ``on_click="ignore"``; only that helper calls Streamlit's."""
+    callers = sorted(
+        f"{path.relative_to(APP_DIR)}:{node.lineno}"
+        for path in APP_DIR.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "download_button"
+        and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "shared")
+    )
+    assert callers == ["shared/widgets.py:" + str(_helper_call_line())], callers
+
+
+def _helper_call_line() -> int:
+    """The line of Streamlit's ``download_button`` call inside the shared helper."""
+    source = (APP_DIR / "shared/widgets.py").read_text(encoding="utf-8")
+    helper = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == "download_button"
+    )
+    calls = [
+        node.lineno
+        for node in ast.walk(helper)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "download_button"
+    ]
+    assert len(calls) == 1, calls
+    return calls[0]
+
+
 def test_streamlit_main_script_has_no_pages_folder_beside_it():
     """Streamlit takes a ``pages/`` folder beside the main script for its older multipage
     mode, and a server's first run then shows the page alone, without the navigation and

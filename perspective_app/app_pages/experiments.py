@@ -277,20 +277,18 @@ st.caption(
 )
 shared.table(views.all_point_tests(result), hide_index=True)
 downloads = st.columns(2)
-downloads[0].download_button(
+shared.download_button(
     "Download the long results (CSV)",
-    data=lambda: views.export_bytes(result.long, "csv"),
-    file_name=f"pkps-{run['protocol']}.csv",
-    mime="text/csv",
-    on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
+    lambda: views.export_bytes(result.long, "csv"),
+    f"pkps-{run['protocol']}.csv",
+    where=downloads[0],
     help="One row per seed, setting, method and target cell, with `note` (why a cell has no "
     "error) and `mae_weight` (its weight in the MAE table).",
 )
-downloads[1].download_button(
+shared.download_button(
     "Download the MAE table (CSV)",
-    data=lambda: views.export_bytes(views.summary_export(result), "csv"),
-    file_name=f"pkps-{run['protocol']}-mae.csv",
-    mime="text/csv",
-    on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
+    lambda: views.export_bytes(views.summary_export(result), "csv"),
+    f"pkps-{run['protocol']}-mae.csv",
+    where=downloads[1],
     help="The MAE table's numbers unrounded, with the seeds, cells and share of cells behind each.",
 )

@@ -187,27 +187,24 @@ st.plotly_chart(
 
 st.subheader("Export")
 buttons = st.columns(3)
-buttons[0].download_button(
+shared.download_button(
     "CSV",
     lambda: table_bytes(wide_out, "csv"),
     "leaderboard.csv",
-    "text/csv",
+    where=buttons[0],
     key="leaderboard_csv",
-    on_click="ignore",
 )
-buttons[1].download_button(
+shared.download_button(
     "Parquet",
     lambda: table_bytes(wide_out, "parquet"),
     "leaderboard.parquet",
-    "application/octet-stream",
+    where=buttons[1],
     key="leaderboard_parquet",
-    on_click="ignore",
 )
-buttons[2].download_button(
+shared.download_button(
     "HTML",
     lambda: leaderboard_html(board).encode("utf-8"),
     "leaderboard.html",
-    "text/html",
+    where=buttons[2],
     key="leaderboard_html",
-    on_click="ignore",
 )

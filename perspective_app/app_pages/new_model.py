@@ -312,30 +312,27 @@ with next_tab:
     )
 with export:
     buttons = st.columns(3)
-    buttons[0].download_button(
+    shared.download_button(
         "Report rows (CSV)",
         export_bytes(result.rows(), "csv"),  # formula-like cells neutralised
-        file_name="new_model_report.csv",
-        mime="text/csv",
-        on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
+        "new_model_report.csv",
+        where=buttons[0],
         key="new_model_csv",
         help="One row per task.",
     )
-    buttons[2].download_button(
+    shared.download_button(
         "Overall (CSV)",
         export_bytes(result.overall_rows(), "csv"),
-        file_name="new_model_overall.csv",
-        mime="text/csv",
-        on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
+        "new_model_overall.csv",
+        where=buttons[2],
         key="new_model_overall_csv",
         help="The overall score, its interval and the rank, in a file of its own.",
     )
-    buttons[1].download_button(
+    shared.download_button(
         "Report with figures (HTML)",
         reports.report_html(result, store=shared.url_name(path)).encode(),
-        file_name="new_model_report.html",
-        mime="text/html",
-        on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
+        "new_model_report.html",
+        where=buttons[1],
         key="new_model_html",
         help="One self-contained file (plotly.js inside): it opens without internet.",
     )
@@ -359,12 +356,11 @@ with export:
         for column, (name, label) in zip(
             images, (("tasks", "Per-task figure (PNG)"), ("map", "PKPS map (PNG)")), strict=True
         ):
-            column.download_button(
+            shared.download_button(
                 label,
                 pngs[name],
-                file_name=f"new_model_{name}.png",
-                mime="image/png",
-                on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
+                f"new_model_{name}.png",
+                where=column,
                 key=f"new_model_png_{name}",
             )
     if source != "From the store":

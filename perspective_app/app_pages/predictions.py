@@ -333,30 +333,19 @@ with export_tab:
     # Every file is built now and handed over as bytes under a fixed key: a download
     # generated on click ("deferred") could be gone from the media store by the time the
     # browser asked for it (MediaFileStorageError after a fresh Predict). A click does not
-    # rerun the page (on_click="ignore"): a second click during that rerun was lost.
+    # rerun the page (shared.download_button).
     coordinates = shared.prediction_coordinates(key)
     buttons = st.columns(3)
-    buttons[0].download_button(
-        "Predictions (CSV)",
-        views.export_bytes(predictions, "csv"),
-        file_name="predictions.csv",
-        mime="text/csv",
-        key="pred_download_csv",
-        on_click="ignore",
+    files = (
+        ("Predictions (CSV)", predictions, "predictions.csv", "pred_download_csv"),
+        ("Predictions (Parquet)", predictions, "predictions.parquet", "pred_download_parquet"),
+        ("Model coordinates (CSV)", coordinates, "coordinates.csv", "pred_download_coordinates"),
     )
-    buttons[1].download_button(
-        "Predictions (Parquet)",
-        views.export_bytes(predictions, "parquet"),
-        file_name="predictions.parquet",
-        mime="application/vnd.apache.parquet",
-        key="pred_download_parquet",
-        on_click="ignore",
-    )
-    buttons[2].download_button(
-        "Model coordinates (CSV)",
-        views.export_bytes(coordinates, "csv"),
-        file_name="coordinates.csv",
-        mime="text/csv",
-        key="pred_download_coordinates",
-        on_click="ignore",
-    )
+    for column, (label, frame, name, widget_key) in zip(buttons, files, strict=True):
+        shared.download_button(
+            label,
+            views.export_bytes(frame, name.rsplit(".", 1)[1]),
+            name,
+            where=column,
+            key=widget_key,
+        )

@@ -225,12 +225,10 @@ st.caption(
     "unmatched. Click, box or lasso points to ring them in both maps."
     + (" UMAP keeps neighbourhoods, not distances." if compared.view == "UMAP" else "")
 )
-st.download_button(
+shared.download_button(
     "Download these coordinates (CSV)",
     table_bytes(comparison.shown_coordinates(compared, metadata), "csv"),
-    file_name="coordinates.csv",
-    mime="text/csv",
-    on_click="ignore",  # no rerun: a rerun re-registers the file being fetched
+    "coordinates.csv",
     help="The 2-D view shown (DKPS aligned), with each model's overall score, family and "
     "responses.",
 )

@@ -75,6 +75,7 @@ from perspective_app.shared.store import (
 from perspective_app.shared.widgets import (
     alert,
     column_tooltips,
+    download_button,
     literal_block,
     progress_bar,
     table,
@@ -103,6 +104,7 @@ __all__ = [
     "confine",
     "cv_space",
     "default_store_path",
+    "download_button",
     "fit_predictor",
     "fit_space",
     "from_url",

@@ -1,9 +1,10 @@
-"""Widgets every page uses: tables with their columns explained and sized, and alerts that
-show user-derived text literally."""
+"""Widgets every page uses: tables with their columns explained and sized, alerts that
+show user-derived text literally, and download buttons that never rerun the page."""
 
 from __future__ import annotations
 
 import re
+from pathlib import PurePath
 
 import pandas as pd
 import streamlit as st
@@ -63,6 +64,35 @@ def alert(kind: str, headline: str, detail: str | None = None) -> None:
     (:func:`literal_block`: nothing in it is read as Markdown)."""
     body = headline if not detail else f"{headline}\n\n{literal_block(detail)}"
     getattr(st, kind)(body)
+
+
+# a download's media type by its file's suffix
+MEDIA_TYPES = {
+    ".csv": "text/csv",
+    ".parquet": "application/vnd.apache.parquet",
+    ".html": "text/html",
+    ".png": "image/png",
+}
+
+
+def download_button(label: str, data, file_name: str, *, where=None, **kwargs):
+    """``st.download_button`` (or ``where.download_button``: a column) for ``file_name``,
+    its media type from the suffix (:data:`MEDIA_TYPES`), with ``on_click="ignore"``: a
+    click does not rerun the page. A rerun during the browser's fetch re-registers the
+    file, which cancelled the download when the file's bytes (its name) had changed, and a
+    second click during that rerun was lost. ``data``: bytes, or a callable that returns
+    them on click; ``kwargs`` (``key``, ``help``) go to Streamlit."""
+    suffix = PurePath(file_name).suffix.lower()
+    if suffix not in MEDIA_TYPES:
+        raise ValueError(f"no media type for {file_name!r}: add its suffix to MEDIA_TYPES")
+    return (where or st).download_button(
+        label,
+        data,
+        file_name=file_name,
+        mime=MEDIA_TYPES[suffix],
+        on_click="ignore",
+        **kwargs,
+    )
 
 
 class progress_bar:  # noqa: N801 - used as a function: shared.progress_bar("…")
