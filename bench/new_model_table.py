@@ -30,7 +30,9 @@ Printed as markdown, one block per mode:
 (e.g. the fitted predictor's ``ensemble-placed`` against the refit ``ensemble``): cell MAE
 of both and B's difference in %, the overall-score Spearman of both and B − A seed by seed
 (mean ± SEM), and both 90 % coverages. ``--long FILE`` tabulates a saved ``--out`` file
-instead of running.
+instead of running. ``--draw-offset K`` fits with other random draws (seed + K) on the same
+masks and targets (:class:`pkps_core.protocols.SweepOptions`'s ``draw_offset``;
+``bench/predictor_noise_floor.py`` compares the two).
 """
 
 from __future__ import annotations
@@ -183,6 +185,12 @@ def main() -> None:
         "--paired", help="A,B: a table comparing method B with method A on the same seeds"
     )
     parser.add_argument("--long", help="tabulate this saved --out file instead of running")
+    parser.add_argument(
+        "--draw-offset",
+        type=int,
+        default=0,
+        help="the fits' random draws from seed + this (the masks from the seed)",
+    )
     args = parser.parse_args()
     if args.long:
         long = pd.read_csv(args.long)
@@ -221,6 +229,7 @@ def main() -> None:
         methods=methods,
         intervals=None if args.no_intervals else "default",
         progress=_progress,
+        draw_offset=args.draw_offset,
     )
     print(f"new-model protocol: {time.perf_counter() - clock:.1f} s")
     targets = result.long.groupby("seed")["n_targets"].first()

@@ -188,6 +188,24 @@ def test_sweep_reports_tests_overall_scores_and_intervals(result):
     assert intervals["coverage"].dropna().between(0, 1).all()
 
 
+def test_a_draw_offset_redraws_the_fits_and_keeps_the_masks(dense, result):
+    """``draw_offset`` moves the fits' random draws (the ensemble's calibration shadows)
+    and nothing else: the same targets, cells and truths, other predictions."""
+    methods = ("mean", "sample", "pkps", "ensemble")
+    again = P.new_model_protocol(
+        dense, budgets=(1, 4), seeds=[0, 1], methods=methods, space_params=FAST, draw_offset=7
+    )
+    keys = ["seed", "budget", "mode", "method", "model", "task"]
+    before = result.long.sort_values(keys).reset_index(drop=True)
+    after = again.long.sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(before[[*keys, "y_true"]], after[[*keys, "y_true"]])
+    mean = before["method"] == "mean"  # no random draw: the same predictions
+    np.testing.assert_allclose(before.loc[mean, "y_pred"], after.loc[mean, "y_pred"])
+    ensemble = (before["method"] == "ensemble").to_numpy()
+    moved = np.abs(before.loc[ensemble, "y_pred"] - after.loc[ensemble, "y_pred"].to_numpy())
+    assert (moved > 1e-9).mean() > 0.5, moved.describe()
+
+
 def test_interval_option_and_the_other_protocols_tables(dense):
     quick = {"seeds": [0], "methods": ("mean",), "space_params": FAST}
     plain = P.new_model_protocol(dense, budgets=(2,), modes=("scored",), intervals=None, **quick)

@@ -1,0 +1,134 @@
+"""How far the new-model ensemble moves from itself: the noise floor under the comparison of
+the fitted predictor (``ensemble-placed``) with the refit path (``ensemble``).
+
+Run from the repository root (about 20 minutes on 2 cores for the defaults)::
+
+    PYTHONPATH=. .venv/bin/python bench/predictor_noise_floor.py --seeds 24
+
+The new-model protocol of ``bench/new_model_table.py`` (AlpacaEval-40, a quarter of the
+families as new models, family holdout, 90 % intervals) runs twice, in two processes, with
+both methods: once as that bench runs it, once with every fit's random draws moved
+(``draw_offset``: the calibration shadows, the spaces' ``random_state``, the predictor's)
+while the masks — the targets and the responses they kept — stay the same. Each method
+is then compared with itself on the same targets (its two draws), and the placed ensemble
+with the refit one within each draw, as ``bench/new_model_table.py --paired`` does: cell
+MAE, the overall-score Spearman over the ~10 targets of a seed and its seed-by-seed
+difference (mean ± SEM), 90 % coverage. The first ``--issue-seeds`` seeds (default 8, the
+predictor issue's protocol) are tabulated on their own too.
+
+A difference between two methods means something only beside the difference between a
+method and itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+REFIT, PLACED = "ensemble", "ensemble-placed"
+REDRAWN = " (redrawn)"
+ALPACA = Path(__file__).resolve().parents[2] / "shared/data/alpaca_eval/alpaca_eval_40.parquet"
+
+
+def _sweep(path: str, seeds: list[int], budgets: list[int], modes: list[str], offset: int):
+    """One protocol run (in a worker process, BLAS on one thread): the long rows, the
+    methods of a moved draw renamed with :data:`REDRAWN`."""
+    from pkps_core.protocols import new_model_protocol, prepare_records
+
+    records = prepare_records(pd.read_parquet(path))
+
+    def progress(fraction: float, message: str) -> None:
+        print(f"  [offset {offset}: {fraction:4.0%}] {message}", file=sys.stderr, flush=True)
+
+    result = new_model_protocol(
+        records,
+        budgets=budgets,
+        modes=modes,
+        seeds=seeds,
+        holdout="family",
+        methods=[REFIT, PLACED],
+        progress=progress,
+        draw_offset=offset,
+    )
+    long = result.long
+    if offset:
+        long = long.assign(method=long["method"] + REDRAWN)
+    return long
+
+
+def comparisons(long: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The four paired tables: each method against its other draw, and the placed ensemble
+    against the refit one within each draw."""
+    from bench.new_model_table import paired_comparison
+
+    pairs = [
+        ("The refit path against itself, its fits' draws moved", REFIT, REFIT + REDRAWN),
+        ("The fitted predictor against itself, its draws moved", PLACED, PLACED + REDRAWN),
+        ("The fitted predictor against the refit path (first draw)", REFIT, PLACED),
+        (
+            "The fitted predictor against the refit path (moved draw)",
+            REFIT + REDRAWN,
+            PLACED + REDRAWN,
+        ),
+    ]
+    return [(title, paired_comparison(long, a, b)) for title, a, b in pairs]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=24)
+    parser.add_argument("--issue-seeds", type=int, default=8)
+    parser.add_argument("--budgets", default="1,2,4,8,16")
+    parser.add_argument("--modes", default="scored,responses-only")
+    parser.add_argument("--offset", type=int, default=1000, help="the moved draws' seed offset")
+    parser.add_argument("--input", default=str(ALPACA))
+    parser.add_argument("--out", help="also write the long rows of both runs here (.csv)")
+    parser.add_argument("--long", help="tabulate this saved --out file instead of running")
+    args = parser.parse_args()
+    from bench.new_model_table import _plain_markdown
+
+    started = time.perf_counter()
+    if args.long:
+        long = pd.read_csv(args.long)
+    else:
+        if not Path(args.input).exists():
+            print(f"skipped: {args.input} is absent")
+            return
+        seeds = list(range(args.seeds))
+        budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one core per run
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(2, mp_context=spawn) as pool:
+            runs = [
+                pool.submit(_sweep, args.input, seeds, budgets, modes, offset)
+                for offset in (0, args.offset)
+            ]
+            long = pd.concat([run.result() for run in runs], ignore_index=True)
+        if args.out:
+            long.to_csv(args.out, index=False)
+    n_seeds = long["seed"].nunique()
+    targets = long.groupby("seed")["n_targets"].first()
+    print(
+        f"{n_seeds} seeds ({targets.min()}–{targets.max()} targets each), draws moved by "
+        f"{args.offset}; {time.perf_counter() - started:.0f} s"
+    )
+    first = sorted(long["seed"].unique())[: args.issue_seeds]
+    for label, part in (
+        (f"all {n_seeds} seeds", long),
+        (f"seeds {first[0]}–{first[-1]}", long[long["seed"].isin(first)]),
+    ):
+        for title, table in comparisons(part):
+            print(f"\n### {title}, {label}\n")
+            print(_plain_markdown(table))
+
+
+if __name__ == "__main__":
+    main()
