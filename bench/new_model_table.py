@@ -100,7 +100,8 @@ def _tests(tests: pd.DataFrame, mode: str) -> pd.DataFrame:
 
 def paired_comparison(long: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     """Method ``b`` against ``a`` per (mode, budget) on the same seeds and targets: cell
-    MAE (the protocol's ``mae_weight`` average), overall-score Spearman per seed (targets'
+    MAE (the protocol's ``mae_weight`` average over the rows given: a subset of the seeds
+    too), overall-score Spearman per seed (targets'
     query-weighted overall scores) with the seed-by-seed difference, 90 % coverage."""
     missing = sorted({a, b} - set(long["method"]))
     if missing:
@@ -110,7 +111,11 @@ def paired_comparison(long: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
         mae, rho, coverage = {}, {}, {}
         for method in (a, b):
             own = part[part["method"] == method]
-            mae[method] = float((own["mae_weight"] * own["abs_err"]).sum())
+            scored = own["abs_err"].notna()
+            mae[method] = float(
+                (own["mae_weight"] * own["abs_err"])[scored].sum()
+                / own.loc[scored, "mae_weight"].sum()
+            )
             inside = own.dropna(subset=["lower", "upper", "y_true"])
             coverage[method] = float(
                 (
