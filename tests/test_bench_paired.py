@@ -52,3 +52,30 @@ def test_the_paired_table_compares_the_second_method_with_the_first():
 def test_a_method_without_rows_is_named():
     with pytest.raises(ValueError, match="no rows of nope"):
         paired_comparison(_long(), "refit", "nope")
+
+
+def test_the_cell_mae_of_a_subset_of_the_seeds_is_its_own_mean():
+    """mae_weight sums to 1 over the whole run: on one seed of two the table still gives
+    that seed's mean cell error, not half of it."""
+    long = _long()
+    one_seed = paired_comparison(long[long["seed"] == 0], "refit", "placed").iloc[0]
+    assert one_seed["seeds"] == 1
+    assert one_seed["cell MAE refit / placed"].startswith("0.0100 / 0.1333")
+
+
+def test_the_noise_floor_table_sets_each_method_against_its_other_draw():
+    from bench.predictor_noise_floor import PLACED, REDRAWN, REFIT, spread_table
+
+    long = _long()
+    names = {"refit": REFIT, "placed": PLACED}
+    first = long.assign(method=long["method"].map(names))
+    # the moved draw: the refit path ranks backwards on seed 1 only, the placed one as before
+    again = first.assign(method=first["method"] + REDRAWN)
+    flip = (again["method"] == REFIT + REDRAWN) & (again["seed"] == 1)
+    again.loc[flip, "y_pred"] = 0.4 - again.loc[flip, "y_true"]
+    row = spread_table(pd.concat([first, again], ignore_index=True)).iloc[0]
+    assert (row["mode"], row["m"]) == ("scored", 2)
+    # placed − refit: −2 on both seeds of the first draw; 0 (seed 1) and −2 in the second
+    assert row["placed − refit, the two draws averaged"] == "-1.500 ± 0.500"
+    assert row["refit′ − refit"] == "-1.000 ± 1.000"  # 0 on seed 0, −2 on seed 1
+    assert row["placed′ − placed"] == "+0.000 ± 0.000"
