@@ -102,11 +102,8 @@ class SweepOptions:
         The space methods' KNN in the MDS coordinates or by D
         (:func:`pkps_core.predict.build_context`).
     draw_offset : int
-        Added to the seed for the fits' own random draws (the space's ``random_state``, the
-        calibration shadows, the fitted predictor's), not for the masks: two sweeps that
-        differ only here predict the same targets from the same masked cells with other
-        draws, which measures how far a method moves from itself (the noise floor of a
-        comparison between methods).
+        Added to the seed for the fits' random draws, not the masks': the same targets
+        and cells with other draws (how far a method moves from itself).
     """
 
     seeds: Sequence[int] = range(4)
