@@ -102,8 +102,7 @@ class SweepOptions:
         The space methods' KNN in the MDS coordinates or by D
         (:func:`pkps_core.predict.build_context`).
     draw_offset : int
-        Added to the seed for the fits' random draws, not the masks': the same targets
-        and cells with other draws (how far a method moves from itself).
+        Added to the seed for the fits' draws, not the masks' (a method against itself).
     """
 
     seeds: Sequence[int] = range(4)
