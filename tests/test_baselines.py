@@ -11,6 +11,7 @@ from pkps_core.methods.lrmc import lrmc_complete, lrmc_predictions
 from pkps_core.methods.sampling import aipw_estimate, aipw_predict
 from pkps_core.predict import METHODS, build_context, predict
 from pkps_core.protocols import estimation_gap_study
+from pkps_core.synthetic import make_synthetic
 
 ALL_METHODS = ["sample", "irt", "lrmc", "rs-learn", "aipw", "dkps", "pkps", "ensemble"]
 SPACE = {"response_kernel": "rbf"}
@@ -259,6 +260,80 @@ def test_the_closed_form_ridges_are_sklearns(shape):
         np.testing.assert_allclose(
             query @ coef + intercept, reference.predict(query), rtol=1e-9, atol=1e-9
         )
+
+
+@pytest.mark.parametrize("shape", [(30, 1), (30, 4), (35, 32), (8, 20), (5, 5)])
+def test_the_batched_ridges_are_the_one_problem_ridges(shape):
+    from pkps_core.methods.sampling import (
+        RS_LEARN_ALPHAS,
+        ridge_fit,
+        ridge_fit_batch,
+        ridge_loo_fit,
+        ridge_loo_fit_batch,
+    )
+
+    rng = np.random.default_rng(sum(shape) + 1)
+    features = rng.random((12, *shape))
+    features[::4, :, 0] = 0.5  # a column every source scored alike (a zero singular value)
+    features[1::5] = (features[1::5] > 0.5).astype(float)  # binary item scores
+    target = np.einsum("gnp,p->gn", features, rng.normal(size=shape[1]))
+    target += rng.normal(0, 0.1, target.shape)
+    for batch, single, extra in (
+        (ridge_loo_fit_batch, ridge_loo_fit, RS_LEARN_ALPHAS),
+        (ridge_fit_batch, ridge_fit, 10.0),
+    ):
+        coef, intercept = batch(features, target, extra)
+        for g in range(len(features)):
+            one_coef, one_intercept = single(features[g], target[g], extra)
+            np.testing.assert_allclose(coef[g], one_coef, rtol=1e-10, atol=1e-12)
+            assert intercept[g] == pytest.approx(one_intercept, rel=1e-10, abs=1e-12)
+
+
+def _cell_by_cell(context, method: str) -> np.ndarray:
+    """rs-learn / aipw as they read before the batches: one fit per cell."""
+    from pkps_core.methods.sampling import MIN_REFERENCES, rs_learn_predict
+
+    prediction, _ = context.empty_grid()
+    allowed, references = context.allowed(), context.training_references
+    for t, table in enumerate(context.item_tables()):
+        answered = np.isfinite(table)
+        for i in context.prediction_rows():
+            core = np.flatnonzero(answered[i])
+            if method == "rs-learn":
+                ok = allowed[i] & np.isfinite(references[:, t]) & answered[:, core].all(axis=1)
+            else:
+                ok = allowed[i] & answered.all(axis=1)
+            sources = np.flatnonzero(ok)
+            if len(core) == 0 or len(sources) < MIN_REFERENCES:
+                continue
+            if method == "rs-learn":
+                prediction[i, t] = rs_learn_predict(
+                    table[np.ix_(sources, core)], references[sources, t], table[i, core]
+                )[0]
+            else:
+                prediction[i, t] = aipw_predict(table[sources], table[i, core], core)
+    return prediction
+
+
+@pytest.mark.parametrize("budget", [1, 3, 16])
+def test_rs_learn_and_aipw_in_batches_are_the_cell_by_cell_fits(budget):
+    from pkps_core import protocols
+
+    dense = protocols.prepare_records(
+        make_synthetic(n_models=24, n_tasks=4, budget=16, rho=1.0, random_state=3).records
+    )
+    masked, targets = protocols.mask_new_model(dense, budget, seed=1)
+    context = build_context(masked, holdout="family", targets=list(targets))
+    from pkps_core.methods.sampling import aipw_predictions, rs_learn_predictions
+
+    for method, compute in (("rs-learn", rs_learn_predictions), ("aipw", aipw_predictions)):
+        batched, notes = compute(context)
+        expected = _cell_by_cell(context, method)
+        rows = context.prediction_rows()
+        assert np.isfinite(batched[rows]).any()
+        np.testing.assert_array_equal(np.isnan(batched), np.isnan(expected))
+        np.testing.assert_allclose(batched, expected, rtol=1e-10, atol=1e-12)
+        assert (notes[np.isnan(batched)] != "").all()
 
 
 def test_lrmc_rows_without_data_are_left_out_of_the_sweeps_with_the_same_fit():

@@ -124,6 +124,59 @@ def ridge_fit(features: np.ndarray, target: np.ndarray, alpha: float) -> tuple[n
     return coef, target_mean - float(feature_mean @ coef)
 
 
+def ridge_loo_fit_batch(
+    features: np.ndarray, target: np.ndarray, alphas: tuple[float, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ridge_loo_fit` of ``G`` problems of one shape at once (one batched SVD; the
+    same algebra, each problem its own penalty): features (G, n, p), target (G, n) ->
+    coef (G, p), intercept (G,). A test holds it to the one-problem function."""
+    features = np.asarray(features, dtype=float)
+    target = np.asarray(target, dtype=float)
+    n = target.shape[1]
+    feature_mean, target_mean = features.mean(axis=1), target.mean(axis=1)
+    centred, offset = features - feature_mean[:, None, :], target - target_mean[:, None]
+    u, s, vt = np.linalg.svd(centred, full_matrices=False)
+    projected = np.einsum("gnk,gn->gk", u, offset)
+    squared = s**2
+    best_alpha, best_error = None, None
+    for alpha in alphas:
+        shrink = squared / (squared + alpha)
+        fitted = np.einsum("gnk,gk->gn", u, shrink * projected)
+        leverage = 1.0 / n + np.einsum("gnk,gk->gn", u**2, shrink)
+        error = np.mean(((offset - fitted) / (1.0 - leverage)) ** 2, axis=1)
+        if best_error is None:  # the first alpha, then only a strictly smaller error
+            best_alpha, best_error = np.full(len(error), float(alpha)), error
+            continue
+        better = error < best_error
+        best_alpha = np.where(better, float(alpha), best_alpha)
+        best_error = np.where(better, error, best_error)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        weights = np.where(squared > 0, s / (squared + best_alpha[:, None]), 0.0)
+    coef = np.einsum("gkp,gk->gp", vt, weights * projected)
+    return coef, target_mean - np.einsum("gp,gp->g", feature_mean, coef)
+
+
+def ridge_fit_batch(
+    features: np.ndarray, target: np.ndarray, alpha: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ridge_fit` of ``G`` problems of one shape at once: features (G, n, p),
+    target (G, n) -> coef (G, p), intercept (G,)."""
+    features = np.asarray(features, dtype=float)
+    target = np.asarray(target, dtype=float)
+    feature_mean, target_mean = features.mean(axis=1), target.mean(axis=1)
+    centred, offset = features - feature_mean[:, None, :], target - target_mean[:, None]
+    n, p = centred.shape[1:]
+    if n < p:
+        gram = np.matmul(centred, centred.transpose(0, 2, 1)) + alpha * np.eye(n)
+        dual = np.linalg.solve(gram, offset[..., None])[..., 0]
+        coef = np.einsum("gnp,gn->gp", centred, dual)
+    else:
+        gram = np.matmul(centred.transpose(0, 2, 1), centred) + alpha * np.eye(p)
+        moment = np.einsum("gnp,gn->gp", centred, offset)
+        coef = np.linalg.solve(gram, moment[..., None])[..., 0]
+    return coef, target_mean - np.einsum("gp,gp->g", feature_mean, coef)
+
+
 def aipw_estimate(
     observed_scores: np.ndarray,
     predicted_observed: np.ndarray,
@@ -219,6 +272,7 @@ def rs_learn_predictions(context: PredictionContext) -> tuple[np.ndarray, np.nda
     references = context.training_references
     for t, table in enumerate(context.item_tables()):
         answered = np.isfinite(table)
+        problems: dict[tuple[int, int], list] = {}
         for i in context.prediction_rows():
             core = np.flatnonzero(answered[i])
             if len(core) == 0:
@@ -233,10 +287,25 @@ def rs_learn_predictions(context: PredictionContext) -> tuple[np.ndarray, np.nda
                     f"cell's {len(core)} items (needs ≥{MIN_REFERENCES})"
                 )
                 continue
-            prediction[i, t] = rs_learn_predict(
-                table[np.ix_(sources, core)], references[sources, t], table[i, core]
-            )[0]
+            problems.setdefault((len(sources), len(core)), []).append((i, sources, core))
+        # rs_learn_predict of every cell, the cells of one shape in one batch
+        for rows, sources, core in _stacked(problems):
+            coef, intercept = ridge_loo_fit_batch(
+                table[sources[:, :, None], core[:, None, :]],
+                references[sources, t],
+                RS_LEARN_ALPHAS,
+            )
+            own = table[rows[:, None], core]
+            prediction[rows, t] = np.einsum("gp,gp->g", own, coef) + intercept
     return prediction, notes
+
+
+def _stacked(problems: dict) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per shape, the problems' rows, sources and cores stacked: (G,), (G, n), (G, p)."""
+    return [
+        tuple(np.stack([problem[k] for problem in group]) for k in range(3))
+        for group in problems.values()
+    ]
 
 
 def aipw_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
@@ -251,6 +320,7 @@ def aipw_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray
     for t, table in enumerate(context.item_tables()):
         answered = np.isfinite(table)
         complete = answered.all(axis=1)
+        problems: dict[tuple[int, int], list] = {}
         for i in context.prediction_rows():
             core = np.flatnonzero(answered[i])
             if len(core) == 0:
@@ -263,5 +333,29 @@ def aipw_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray
                     f"{table.shape[1]} items of the task (needs ≥{MIN_REFERENCES})"
                 )
                 continue
-            prediction[i, t] = aipw_predict(table[sources], table[i, core], core)
+            problems.setdefault((len(sources), len(core)), []).append((i, sources, core))
+        # aipw_predict of every cell, the cells of one shape in one batch
+        for rows, sources, core in _stacked(problems):
+            prediction[rows, t] = _aipw_batch(table, rows, sources, core)
     return prediction, notes
+
+
+def _aipw_batch(table, rows, sources, core) -> np.ndarray:
+    """:func:`aipw_predict` of cells of one shape: ``table`` (models, items) of one task,
+    each cell's row, sources (G, n_sources) and core items (G, n, sorted)."""
+    items = table[sources].transpose(0, 2, 1)  # (G, items, sources): the ridge's features
+    observed = table[rows[:, None], core]
+    on_core = np.take_along_axis(items, core[:, :, None], axis=1)
+    coef, intercept = ridge_fit_batch(on_core, observed, AIPW_ALPHA)
+    predicted = np.einsum("gis,gs->gi", items, coef) + intercept[:, None]
+    n, n_items = core.shape[1], table.shape[1]
+    sample_mean = observed.mean(axis=1)
+    if n == n_items:  # every item observed: the sample mean (aipw_estimate)
+        return sample_mean
+    rest = np.ones(predicted.shape, dtype=bool)
+    np.put_along_axis(rest, core, False, axis=1)
+    predicted_observed = np.take_along_axis(predicted, core, axis=1)
+    predicted_rest = predicted[rest].reshape(len(rows), n_items - n)
+    pivot = predicted_observed[:, :1]
+    shift = (predicted_rest - pivot).mean(axis=1) - (predicted_observed - pivot).mean(axis=1)
+    return sample_mean + (n_items - n) / n_items * shift
