@@ -214,3 +214,11 @@ def test_a_browser_that_stalls_is_started_again_then_named_in_one_line(monkeypat
         reports.figures_png([object()])
     message = str(raised.value)
     assert "\n" not in message and "no answer" in message and "HTML export" in message
+
+
+def test_a_download_of_an_unknown_file_kind_is_refused_before_streamlit_sees_it():
+    from perspective_app import shared
+
+    with pytest.raises(ValueError, match=r"'board\.xlsx'.*MEDIA_TYPES"):
+        shared.download_button("Excel", b"", "board.xlsx")
+    assert set(shared.widgets.MEDIA_TYPES) == {".csv", ".parquet", ".html", ".png"}

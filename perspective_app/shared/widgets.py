@@ -85,7 +85,7 @@ def download_button(label: str, data, file_name: str, *, where=None, **kwargs):
     suffix = PurePath(file_name).suffix.lower()
     if suffix not in MEDIA_TYPES:
         raise ValueError(f"no media type for {file_name!r}: add its suffix to MEDIA_TYPES")
-    return (where or st).download_button(
+    return (st if where is None else where).download_button(
         label,
         data,
         file_name=file_name,
