@@ -316,9 +316,12 @@ def _cell_by_cell(context, method: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("budget", [1, 3, 16])
-def test_rs_learn_and_aipw_in_batches_are_the_cell_by_cell_fits(budget):
+@pytest.mark.parametrize("batch_bytes", [64 << 20, 2000])  # one batch a shape; many
+def test_rs_learn_and_aipw_in_batches_are_the_cell_by_cell_fits(budget, batch_bytes, monkeypatch):
     from pkps_core import protocols
+    from pkps_core.methods import sampling
 
+    monkeypatch.setattr(sampling, "BATCH_BYTES", batch_bytes)
     dense = protocols.prepare_records(
         make_synthetic(n_models=24, n_tasks=4, budget=16, rho=1.0, random_state=3).records
     )

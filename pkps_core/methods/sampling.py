@@ -16,6 +16,7 @@ from pkps_core.methods.context import PredictionContext
 RS_LEARN_ALPHAS = (0.1, 1.0, 10.0)
 AIPW_ALPHA = 10.0
 MIN_REFERENCES = 5
+BATCH_BYTES = 64 << 20  # the largest array of one batch of cell fits (rs-learn, AIPW)
 
 
 def mean_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
@@ -289,7 +290,7 @@ def rs_learn_predictions(context: PredictionContext) -> tuple[np.ndarray, np.nda
                 continue
             problems.setdefault((len(sources), len(core)), []).append((i, sources, core))
         # rs_learn_predict of every cell, the cells of one shape in one batch
-        for rows, sources, core in _stacked(problems):
+        for rows, sources, core in _stacked(problems, lambda n_sources, n: n_sources * n):
             coef, intercept = ridge_loo_fit_batch(
                 table[sources[:, :, None], core[:, None, :]],
                 references[sources, t],
@@ -300,12 +301,18 @@ def rs_learn_predictions(context: PredictionContext) -> tuple[np.ndarray, np.nda
     return prediction, notes
 
 
-def _stacked(problems: dict) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per shape, the problems' rows, sources and cores stacked: (G,), (G, n), (G, p)."""
-    return [
-        tuple(np.stack([problem[k] for problem in group]) for k in range(3))
-        for group in problems.values()
-    ]
+def _stacked(problems: dict, width) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per shape (n_sources, n_core), the problems' rows, sources and cores stacked, (G,),
+    (G, n_sources), (G, n_core), in batches whose largest array (``width(n_sources,
+    n_core)`` floats a problem) stays within :data:`BATCH_BYTES`: a large store's cells do
+    not meet in one array. The problems are independent, so the batches change no result."""
+    batches = []
+    for (n_sources, n_core), group in problems.items():
+        step = max(1, BATCH_BYTES // (8 * max(1, width(n_sources, n_core))))
+        for start in range(0, len(group), step):
+            part = group[start : start + step]
+            batches.append(tuple(np.stack([problem[k] for problem in part]) for k in range(3)))
+    return batches
 
 
 def aipw_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray]:
@@ -335,14 +342,15 @@ def aipw_predictions(context: PredictionContext) -> tuple[np.ndarray, np.ndarray
                 continue
             problems.setdefault((len(sources), len(core)), []).append((i, sources, core))
         # aipw_predict of every cell, the cells of one shape in one batch
-        for rows, sources, core in _stacked(problems):
+        width = table.shape[1]  # a problem's largest array: every item by its sources
+        for rows, sources, core in _stacked(problems, lambda n_sources, _, w=width: w * n_sources):
             prediction[rows, t] = _aipw_batch(table, rows, sources, core)
     return prediction, notes
 
 
 def _aipw_batch(table, rows, sources, core) -> np.ndarray:
     """:func:`aipw_predict` of cells of one shape: ``table`` (models, items) of one task,
-    each cell's row, sources (G, n_sources) and core items (G, n, sorted)."""
+    each cell's row, sources (G, n_sources) and core items (G, n), sorted."""
     items = table[sources].transpose(0, 2, 1)  # (G, items, sources): the ridge's features
     observed = table[rows[:, None], core]
     on_core = np.take_along_axis(items, core[:, :, None], axis=1)
