@@ -326,7 +326,17 @@ def test_rs_learn_and_aipw_in_batches_are_the_cell_by_cell_fits(budget, batch_by
         make_synthetic(n_models=24, n_tasks=4, budget=16, rho=1.0, random_state=3).records
     )
     masked, targets = protocols.mask_new_model(dense, budget, seed=1)
-    context = build_context(masked, holdout="family", targets=list(targets))
+    thin_targets = build_context(masked, holdout="family", targets=list(targets))
+    # and the papers' protocol: every model at the same budget, every cell predicted
+    same_budget = build_context(
+        make_synthetic(n_models=24, n_tasks=4, budget=budget, rho=1.0, random_state=4).records,
+        holdout="family",
+    )
+    for context in (thin_targets, same_budget):
+        _assert_batches_match(context)
+
+
+def _assert_batches_match(context) -> None:
     from pkps_core.methods.sampling import aipw_predictions, rs_learn_predictions
 
     for method, compute in (("rs-learn", rs_learn_predictions), ("aipw", aipw_predictions)):
