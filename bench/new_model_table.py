@@ -98,6 +98,18 @@ def _tests(tests: pd.DataFrame, mode: str) -> pd.DataFrame:
     )
 
 
+def seed_spearman(long: pd.DataFrame) -> pd.DataFrame:
+    """The overall-score Spearman over a seed's targets (their query-weighted overall
+    scores), per (mode, budget, seed) × method."""
+    weights = long["task_queries"].astype(float)
+    frame = long.assign(truth=long["y_true"] * weights, guess=long["y_pred"] * weights)
+    overall = frame.groupby(["mode", "budget", "seed", "method", "model"])[["truth", "guess"]].sum()
+    rho = overall.groupby(level=["mode", "budget", "seed", "method"]).apply(
+        lambda cells: spearmanr(cells["truth"], cells["guess"])[0]
+    )
+    return rho.unstack("method")
+
+
 def paired_comparison(long: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     """Method ``b`` against ``a`` per (mode, budget) on the same seeds and targets: cell
     MAE (the protocol's ``mae_weight`` average over the rows given: a subset of the seeds
@@ -106,7 +118,7 @@ def paired_comparison(long: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     missing = sorted({a, b} - set(long["method"]))
     if missing:
         raise ValueError(f"no rows of {', '.join(missing)} to compare (run it with --methods)")
-    rows = []
+    rows, spearman = [], seed_spearman(long)
     for (mode, budget), part in long.groupby(["mode", "budget"], sort=True):
         mae, rho, coverage = {}, {}, {}
         for method in (a, b):
@@ -122,16 +134,7 @@ def paired_comparison(long: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
                     (inside["lower"] <= inside["y_true"]) & (inside["y_true"] <= inside["upper"])
                 ).mean()
             )
-            per_seed = {}
-            for seed, cells in own.groupby("seed"):
-                weights = cells["task_queries"].to_numpy(dtype=float)
-                frame = (
-                    cells.assign(truth=cells["y_true"] * weights, guess=cells["y_pred"] * weights)
-                    .groupby("model")[["truth", "guess"]]
-                    .sum()
-                )
-                per_seed[seed] = spearmanr(frame["truth"], frame["guess"])[0]
-            rho[method] = pd.Series(per_seed)
+            rho[method] = spearman.loc[(mode, budget), method]
         difference = (rho[b] - rho[a]).dropna()
         sem = difference.std(ddof=1) / np.sqrt(len(difference)) if len(difference) > 1 else np.nan
         rows.append(

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 REFIT, PLACED = "ensemble", "ensemble-placed"
 REDRAWN = " (redrawn)"
@@ -83,22 +82,12 @@ def comparisons(long: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(title, paired_comparison(long, a, b)) for title, a, b in pairs]
 
 
-def seed_spearman(long: pd.DataFrame) -> pd.DataFrame:
-    """The overall-score Spearman over a seed's targets (their query-weighted overall
-    scores), per (mode, budget, seed) × method."""
-    weights = long["task_queries"].astype(float)
-    frame = long.assign(truth=long["y_true"] * weights, guess=long["y_pred"] * weights)
-    overall = frame.groupby(["mode", "budget", "seed", "method", "model"])[["truth", "guess"]].sum()
-    rho = overall.groupby(level=["mode", "budget", "seed", "method"]).apply(
-        lambda cells: spearmanr(cells["truth"], cells["guess"])[0]
-    )
-    return rho.unstack("method")
-
-
 def spread_table(long: pd.DataFrame) -> pd.DataFrame:
     """Per (mode, m), seed by seed (mean ± SEM over seeds): the placed − refit Spearman
     difference averaged over the two draws, each method against its other draw, and the
     per-seed standard deviation of one draw's placed − refit beside refit′ − refit."""
+    from bench.new_model_table import seed_spearman
+
     rho = seed_spearman(long)
     placed = rho[PLACED] - rho[REFIT]
     placed_again = rho[PLACED + REDRAWN] - rho[REFIT + REDRAWN]
