@@ -80,6 +80,21 @@ def test_simplex_grid_and_stacking_weights():
     assert 0.2 <= weights[0] <= 0.8
 
 
+@pytest.mark.parametrize("buffer", [1, 97, 2**18])
+def test_stacking_weights_are_the_grid_points_least_error_searched_in_parts(monkeypatch, buffer):
+    # the grid is searched a part at a time (one buffer of STACK_BUFFER doubles); every
+    # part size finds the weights of the whole grid's least mean absolute error
+    from pkps_core.methods import stacking
+
+    rng = np.random.default_rng(3)
+    truth = rng.uniform(size=150)
+    members = truth + rng.normal(0, [[0.05], [0.1], [0.2], [0.3], [0.15]], (5, 150))
+    grid = simplex_grid(5)
+    errors = np.abs(grid @ members - truth).mean(axis=1)
+    monkeypatch.setattr(stacking, "STACK_BUFFER", buffer)
+    np.testing.assert_array_equal(stacking_weights(members, truth), grid[np.argmin(errors)])
+
+
 def test_budget_mismatch_ensemble_is_calibrated_at_the_targets_budget(dense):
     """Dense references, targets at m = 1. Validated on the references at their own
     budget (old behaviour), the sample score's weight is 1: a dense reference's sample

@@ -39,6 +39,7 @@ from pkps_core.methods.space_methods import space_predictions
 
 STACK_STEP = 10  # weights in steps of 1 / STACK_STEP
 STACK_MIN_CELLS = 20  # fewer calibration cells: the best single member instead
+STACK_BUFFER = 2**18  # doubles of the grid's errors worked at a time
 STACK_FOLDS = 5  # family folds of the shadows' own (cross-fitted) ensemble predictions
 CONFLICT_Z = 3.0  # own scores this many standard errors from PKPS: trust only the own scores
 OWN_SCORE_MEMBERS = ("sample", "aipw")
@@ -91,10 +92,19 @@ def stacking_weights(members: np.ndarray, truth: np.ndarray) -> np.ndarray:
         weights[int(np.argmin(np.abs(members - truth[None, :]).mean(axis=1)))] = 1.0
         return weights
     grid = simplex_grid(k)
-    values = grid @ members  # (grid points, cells): one buffer, worked in place
-    values -= truth[None, :]
-    np.abs(values, out=values)
-    errors = values.mean(axis=1)
+    # (grid points, cells) in parts of about 2 MB, each worked in place in one buffer: the
+    # whole grid at once was 45 MB per call (8,008 points × 700 shadow cells), fresh
+    # pages every call; each point's error is its own row's mean either way
+    rows = max(1, STACK_BUFFER // n)
+    buffer = np.empty(min(rows, len(grid)) * n)
+    errors = np.empty(len(grid))
+    for start in range(0, len(grid), rows):
+        part = grid[start : start + rows]
+        values = buffer[: len(part) * n].reshape(len(part), n)
+        np.matmul(part, members, out=values)
+        values -= truth[None, :]
+        np.abs(values, out=values)
+        errors[start : start + len(part)] = values.mean(axis=1)
     return grid[int(np.argmin(errors))].copy()
 
 

@@ -219,9 +219,20 @@ def append_models(prepared: PreparedCache, new: pd.DataFrame) -> PreparedCache:
         families=families.loc[models].to_numpy(dtype=str),
         query_keys=query_keys,
         query_vectors=query_vectors,
-        response_vectors=np.vstack([prepared.response_vectors, added.response_vectors])[order],
+        response_vectors=_merged_rows(prepared.response_vectors, added.response_vectors, order),
         scores=np.concatenate([prepared.scores, added.scores])[order],
         task_of_response=task_of_response,
         cells=cells,
         frame=frame,
     )
+
+
+def _merged_rows(old: np.ndarray, new: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``np.vstack([old, new])[order]`` written into one fresh array, without the stacked
+    copy between (a profile's references and shadows: 52 MB on AlpacaEval-40)."""
+    out = np.empty((len(order), old.shape[1]), dtype=np.result_type(old, new))
+    where = np.empty_like(order)
+    where[order] = np.arange(len(order))
+    out[where[: len(old)]] = old
+    out[where[len(old) :]] = new
+    return out
