@@ -22,6 +22,7 @@ import functools
 import numpy as np
 from scipy import sparse
 
+from pkps_core.predictor.near_delta import near_delta_pairs, near_delta_sums
 from pkps_core.space import kernels
 from pkps_core.space.runtime import WorkerPool
 
@@ -137,6 +138,11 @@ def nested_shadow_pair_sums(
         else kernels.rbf_from_squared(squared, float(sigma))
         for sigma in bandwidths
     ]
+    # a bandwidth whose kernel is the delta's but for a few pairs of queries: the delta's
+    # sums plus those pairs' (near_delta.py), not a dense product per block
+    zero = next((b for b, kernel in enumerate(kernels_by_bandwidth) if kernel is None), None)
+    near = {b: near_delta_pairs(K) for b, K in enumerate(kernels_by_bandwidth) if K is not None}
+    near = {b: pairs for b, pairs in near.items() if pairs is not None and zero is not None}
     shape = (n_levels, len(bandwidths), n_models, n_shadows)
     numerators, denominators = np.zeros(shape), np.zeros(shape)
     selected = np.isin(model_idx, dense)
@@ -206,7 +212,11 @@ def nested_shadow_pair_sums(
             ],
             features=features,
         )
-        pool.map(one_bandwidth, range(len(bandwidths)))
+        pool.map(one_bandwidth, [b for b in range(len(bandwidths)) if b not in near])
+    for b, pairs in near.items():
+        extra = near_delta_sums(layout, features, level, row_models, shadow_models, pairs, n_levels)
+        numerators[:, b] = numerators[:, zero] + extra[0]
+        denominators[:, b] = denominators[:, zero] + extra[1]
     # each shadow with itself, shadows in chunks: their responses' Gram matrices (padded
     # rows are zero vectors and weigh 0), weighted by the query kernel per bandwidth; a
     # level's pairs are those of its responses (the first ones of each shadow's row)
