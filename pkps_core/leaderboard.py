@@ -476,16 +476,12 @@ def stored_leaderboard(
     from pkps_core.store.fits import embedders_digest, load_fit, save_fit
 
     key = _state_key(level, params)
+    version, digest = store.version, embedders_digest(store)  # before the records
     found = None if refresh else load_fit(store, key)  # current as fit_status says it
-    if (
-        found is not None
-        and found.store_version == store.version
-        and found.embedders == embedders_digest(store)
-    ):
+    if found is not None and found.store_version == version and found.embedders == digest:
         return _from_arrays(found.arrays, found.document)
     if not compute:
         return None
-    version = store.version
     records = store.records() if records is None else records
     kinds = cell_kinds(records)
     needs_predictor = (kinds["kind"] != "observed").any() and fill_method(
@@ -496,5 +492,5 @@ def stored_leaderboard(
     board = build_leaderboard(records, predictor, level=level, progress=progress)
     if not store.read_only:
         document = {"level": level, "source": board.source, "elapsed": board.elapsed}
-        save_fit(store, key, document, _to_arrays(board), version)
+        save_fit(store, key, document, _to_arrays(board), version, embedders=digest)
     return board

@@ -65,6 +65,38 @@ def test_a_store_edited_after_its_fit_never_serves_the_old_fit(store_and_new):
         assert fit_status(store, key) == "current"
 
 
+def test_a_fit_is_kept_with_the_embedders_its_records_were_read_with(tmp_path, monkeypatch):
+    # the embedders refitted (by another process) while a fit runs: the kept fit says
+    # which embedders its records came from, so it reads as stale, never as current
+    from pkps_core.predictor import FIT_KIND, ReferencePredictor
+    from pkps_core.store import fits
+    from pkps_core.store.fits import fit_key
+
+    records = make_synthetic(n_models=12, n_tasks=2, budget=6, random_state=2).records
+    records = records.drop(columns=["query_embedding", "response_embedding"], errors="ignore")
+    records["query"] = "question " + records["query_id"].astype(str) + " of " + records["task"]
+    records["response"] = "answer of " + records["model"] + " to " + records["query"]
+    path = tmp_path / "texts.duckdb"
+    digests = []
+    counted = fits.embedders_digest
+    monkeypatch.setattr(fits, "embedders_digest", lambda s: digests.append(1) or counted(s))
+    with Store(path) as store:
+        store.ingest(records, source="texts")
+        read = Store.records
+
+        def records_then_refit(self, *args, **kwargs):
+            out = read(self, *args, **kwargs)
+            with self._cursor() as cur:  # the embedders change after the records were read
+                cur.execute("UPDATE embedders SET state = state || '\\x00'::BLOB")
+            return out
+
+        monkeypatch.setattr(Store, "records", records_then_refit)
+        stored_predictor(store, fit="always", **SETTINGS)
+        assert len(digests) == 1  # read once, before the records
+        key = fit_key(FIT_KIND, ReferencePredictor(**SETTINGS).settings())
+        assert fit_status(store, key) == "stale"
+
+
 def test_fitted_state_holds_no_objects(tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
         with pytest.raises(Exception, match="only numbers and text"):

@@ -87,9 +87,17 @@ def _check_dtype(dtype: np.dtype, name: str) -> np.dtype:
 
 
 def save_fit(
-    store: Store, key: str, document: dict, arrays: dict[str, np.ndarray], store_version: int
+    store: Store,
+    key: str,
+    document: dict,
+    arrays: dict[str, np.ndarray],
+    store_version: int,
+    embedders: str | None = None,
 ) -> None:
-    """Replace the fit ``key`` by ``document`` and ``arrays`` in one transaction."""
+    """Replace the fit ``key`` by ``document`` and ``arrays`` in one transaction.
+
+    ``store_version`` and ``embedders`` (:func:`embedders_digest`; default: now) are what
+    the fit was made from: read them before the records it read."""
     if store.read_only:
         raise StoreError(f"the store {store.path} was opened read-only; it cannot keep a fit")
     rows = []
@@ -98,7 +106,7 @@ def save_fit(
         dtype = _check_dtype(array.dtype, name)
         rows.append([key, name, dtype.str, list(array.shape), array.tobytes()])
     text = json.dumps(document, sort_keys=True)
-    digest = embedders_digest(store)
+    digest = embedders_digest(store) if embedders is None else embedders
     with store._write_lock, store._cursor() as cur:
         cur.execute("BEGIN TRANSACTION")
         try:
@@ -139,13 +147,15 @@ def load_fit(store: Store, key: str) -> StoredFit | None:
     return StoredFit(key, int(head[0]), str(head[1]), json.loads(head[2]), arrays)
 
 
-def fit_status(store: Store, key: str) -> str:
-    """ "none", "current" or "stale" (the responses or the embedders changed since)."""
+def fit_status(store: Store, key: str, embedders: str | None = None) -> str:
+    """ "none", "current" or "stale" (the responses or the embedders changed since);
+    ``embedders``: the store's :func:`embedders_digest` when the caller has it."""
     found = _head(store, key)
     if found is None:
         return "none"
     version, digest = found
-    current = version == store.version and digest == embedders_digest(store)
+    now = embedders_digest(store) if embedders is None else embedders
+    current = version == store.version and digest == now
     return "current" if current else "stale"
 
 
