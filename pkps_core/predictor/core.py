@@ -58,6 +58,7 @@ from pkps_core.predictor.placement import (
     nearest_allowed,
     new_model_pairs,
     place,
+    placement_features,
 )
 from pkps_core.predictor.profiles import drawn_levels, first_shadows, without_shadow_scores
 from pkps_core.predictor.shadow_sums import (
@@ -855,10 +856,23 @@ class ReferencePredictor:
             rows=is_new,
         )
         context.shared["item_sd"] = base.item_sd()
-        pairs = new_model_pairs(prepared, calibration.spaces, is_new)
+        features = placement_features(prepared)  # once for both spaces
+        pairs = new_model_pairs(prepared, calibration.spaces, is_new, features)
+        own = {}  # each model's sums with itself, per response kernel
         for name, sums in calibration.sums.items():
+            kernel = calibration.spaces[name].response_kernel
+            if kernel in ("linear", "cosine"):  # rows are unit: the same sums
+                own.setdefault("linear", kernels.self_sums(prepared.layout, features, kernel))
             context.shared[("space", name)] = place(
-                calibration.spaces[name], sums, prepared, index, is_new, base, pairs.get(name)
+                calibration.spaces[name],
+                sums,
+                prepared,
+                index,
+                is_new,
+                base,
+                features,
+                pairs.get(name),
+                own.get("linear") if kernel in ("linear", "cosine") else None,
             )
         # the answer-length feature of every fitted model is the calibration's; the new
         # models' from their own rows (trust.responses.length_features)

@@ -40,17 +40,20 @@ def nearest_allowed(distances: np.ndarray, references: np.ndarray, allowed: np.n
     return np.where(usable, distances[:, :, None], np.inf).min(axis=1)
 
 
-def _features(prepared, response_kernel: str) -> np.ndarray:
+def placement_features(prepared) -> np.ndarray:
+    """The response features every space of a placement reads (unit rows of embeddings),
+    made once per placement."""
     features = prepared.response_vectors
     if prepared.representation == "embedding":
         features = kernels.normalize_rows(features)
     return features
 
 
-def new_model_pairs(prepared, spaces: dict, is_new: np.ndarray) -> dict:
+def new_model_pairs(prepared, spaces: dict, is_new: np.ndarray, features: np.ndarray) -> dict:
     """The new models' pair sums with every fitted model in each space whose response
     kernel factors through the queries (linear, cosine), in one pass over the queries:
-    ``{space name: (numerator, denominator)}``, each (n_models, n_new)."""
+    ``{space name: (numerator, denominator)}``, each (n_models, n_new); ``features``
+    from :func:`placement_features`."""
     names = [name for name, space in spaces.items() if space.response_kernel != "rbf"]
     if not names:
         return {}
@@ -58,7 +61,6 @@ def new_model_pairs(prepared, spaces: dict, is_new: np.ndarray) -> dict:
     bandwidths = [
         float(spaces[name].query_bandwidth_) if queries is not None else 0.0 for name in names
     ]
-    features = _features(prepared, "linear")
     pairs = shadow_pair_sums(prepared.layout, features, queries, bandwidths, is_new, rows=~is_new)
     return dict(zip(names, pairs, strict=True))
 
@@ -70,14 +72,17 @@ def place(
     index: np.ndarray,
     is_new: np.ndarray,
     base: PredictionContext,
+    features: np.ndarray,
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    self_sums: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> PlacedSpace:
     """``fitted`` with the new models' rows: their kernel sums against everyone (Eq. 1,
     only the pairs with their responses; ``pairs`` from :func:`new_model_pairs` where
-    computed), D from the stored sums, MDS out of sample."""
+    computed), D from the stored sums, MDS out of sample. ``features``: from
+    :func:`placement_features`; ``self_sums``: :func:`~pkps_core.space.kernels.self_sums`
+    of them with the space's response kernel, where made already."""
     n = len(prepared.models)
     kernel = fitted.response_kernel
-    features = _features(prepared, kernel)
     queries = prepared.query_vectors
     bandwidth = float(fitted.query_bandwidth_) if queries is not None else 0.0
     if pairs is not None:
@@ -98,7 +103,9 @@ def place(
         )
     numerator[np.ix_(index, index)] += sums.numerator
     denominator[np.ix_(index, index)] += sums.denominator
-    self_numerator, self_denominator = kernels.self_sums(prepared.layout, features, kernel)
+    if self_sums is None:
+        self_sums = kernels.self_sums(prepared.layout, features, kernel)
+    self_numerator, self_denominator = self_sums
     joint = kernels.KernelSums(numerator, denominator, self_numerator, self_denominator)
     affinity, _ = kernels.affinity_from_sums(joint, base.space_params.get("self_pairs", "exclude"))
     distance, _ = kernels.distance_from_affinity(affinity)
