@@ -476,13 +476,18 @@ def stored_leaderboard(
     from pkps_core.store.fits import embedders_digest, load_fit, save_fit
 
     key = _state_key(level, params)
-    version, digest = store.version, embedders_digest(store)  # before the records
     found = None if refresh else load_fit(store, key)  # current as fit_status says it
-    if found is not None and found.store_version == version and found.embedders == digest:
+    if (
+        found is not None
+        and found.store_version == store.version
+        and found.embedders == embedders_digest(store)
+    ):
         return _from_arrays(found.arrays, found.document)
     if not compute:
         return None
+    version = store.version
     records = store.records() if records is None else records
+    digest = embedders_digest(store)  # the embedders the records were embedded with
     kinds = cell_kinds(records)
     needs_predictor = (kinds["kind"] != "observed").any() and fill_method(
         kinds, records

@@ -67,7 +67,8 @@ def test_a_store_edited_after_its_fit_never_serves_the_old_fit(store_and_new):
 
 def test_a_fit_is_kept_with_the_embedders_its_records_were_read_with(tmp_path, monkeypatch):
     # the embedders refitted (by another process) while a fit runs: the kept fit says
-    # which embedders its records came from, so it reads as stale, never as current
+    # which embedders its records came from (the first read fits them), so it reads as
+    # stale, never as current
     from pkps_core.predictor import FIT_KIND, ReferencePredictor
     from pkps_core.store import fits
     from pkps_core.store.fits import fit_key
@@ -82,18 +83,19 @@ def test_a_fit_is_kept_with_the_embedders_its_records_were_read_with(tmp_path, m
     monkeypatch.setattr(fits, "embedders_digest", lambda s: digests.append(1) or counted(s))
     with Store(path) as store:
         store.ingest(records, source="texts")
-        read = Store.records
+        fitting = ReferencePredictor.fit
 
-        def records_then_refit(self, *args, **kwargs):
-            out = read(self, *args, **kwargs)
-            with self._cursor() as cur:  # the embedders change after the records were read
+        def refit_embedders_then_fit(self, *args, **kwargs):
+            with store._cursor() as cur:  # the embedders change while the fit runs
                 cur.execute("UPDATE embedders SET state = state || '\\x00'::BLOB")
-            return out
+            return fitting(self, *args, **kwargs)
 
-        monkeypatch.setattr(Store, "records", records_then_refit)
-        stored_predictor(store, fit="always", **SETTINGS)
-        assert len(digests) == 1  # read once, before the records
         key = fit_key(FIT_KIND, ReferencePredictor(**SETTINGS).settings())
+        stored_predictor(store, fit="always", **SETTINGS)
+        assert len(digests) == 1  # a forced fit reads it once, after the records
+        assert fit_status(store, key) == "current"  # its first read fitted the embedders
+        monkeypatch.setattr(ReferencePredictor, "fit", refit_embedders_then_fit)
+        stored_predictor(store, fit="always", **SETTINGS)
         assert fit_status(store, key) == "stale"
 
 
