@@ -858,11 +858,11 @@ class ReferencePredictor:
         context.shared["item_sd"] = base.item_sd()
         features = placement_features(prepared)  # once for both spaces
         pairs = new_model_pairs(prepared, calibration.spaces, is_new, features)
-        own = {}  # each model's sums with itself, per response kernel
+        linear = None  # each model's sums with itself, the same for linear and cosine
         for name, sums in calibration.sums.items():
             kernel = calibration.spaces[name].response_kernel
-            if kernel in ("linear", "cosine"):  # rows are unit: the same sums
-                own.setdefault("linear", kernels.self_sums(prepared.layout, features, kernel))
+            if kernel in ("linear", "cosine") and linear is None:  # unit rows
+                linear = kernels.self_sums(prepared.layout, features, kernel)
             context.shared[("space", name)] = place(
                 calibration.spaces[name],
                 sums,
@@ -872,7 +872,7 @@ class ReferencePredictor:
                 base,
                 features,
                 pairs.get(name),
-                own.get("linear") if kernel in ("linear", "cosine") else None,
+                linear if kernel in ("linear", "cosine") else None,
             )
         # the answer-length feature of every fitted model is the calibration's; the new
         # models' from their own rows (trust.responses.length_features)

@@ -147,15 +147,13 @@ def load_fit(store: Store, key: str) -> StoredFit | None:
     return StoredFit(key, int(head[0]), str(head[1]), json.loads(head[2]), arrays)
 
 
-def fit_status(store: Store, key: str, embedders: str | None = None) -> str:
-    """ "none", "current" or "stale" (the responses or the embedders changed since);
-    ``embedders``: the store's :func:`embedders_digest` when the caller has it."""
+def fit_status(store: Store, key: str) -> str:
+    """ "none", "current" or "stale" (the responses or the embedders changed since)."""
     found = _head(store, key)
     if found is None:
         return "none"
     version, digest = found
-    now = embedders_digest(store) if embedders is None else embedders
-    current = version == store.version and digest == now
+    current = version == store.version and digest == embedders_digest(store)
     return "current" if current else "stale"
 
 
