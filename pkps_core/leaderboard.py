@@ -477,11 +477,8 @@ def stored_leaderboard(
 
     key = _state_key(level, params)
     found = None if refresh else load_fit(store, key)  # current as fit_status says it
-    if (
-        found is not None
-        and found.store_version == store.version
-        and found.embedders == embedders_digest(store)
-    ):
+    current = found is not None and found.store_version == store.version
+    if current and found.embedders == embedders_digest(store):
         return _from_arrays(found.arrays, found.document)
     if not compute:
         return None
