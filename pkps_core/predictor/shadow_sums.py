@@ -141,8 +141,9 @@ def nested_shadow_pair_sums(
     # a bandwidth whose kernel is the delta's but for a few pairs of queries: the delta's
     # sums plus those pairs' (near_delta.py), not a dense product per block
     zero = next((b for b, kernel in enumerate(kernels_by_bandwidth) if kernel is None), None)
-    near = {b: near_delta_pairs(K) for b, K in enumerate(kernels_by_bandwidth) if K is not None}
-    near = {b: pairs for b, pairs in near.items() if pairs is not None and zero is not None}
+    rbf = [b for b, kernel in enumerate(kernels_by_bandwidth) if kernel is not None]
+    near = {} if zero is None else {b: near_delta_pairs(kernels_by_bandwidth[b]) for b in rbf}
+    near = {b: pairs for b, pairs in near.items() if pairs is not None}
     shape = (n_levels, len(bandwidths), n_models, n_shadows)
     numerators, denominators = np.zeros(shape), np.zeros(shape)
     selected = np.isin(model_idx, dense)

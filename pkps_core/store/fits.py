@@ -97,7 +97,8 @@ def save_fit(
     """Replace the fit ``key`` by ``document`` and ``arrays`` in one transaction.
 
     ``store_version`` and ``embedders`` (:func:`embedders_digest`; default: now) are what
-    the fit was made from: read them before the records it read."""
+    the fit was made from: the version read before its records, the digest after them (a
+    store's first read fits its embedders)."""
     if store.read_only:
         raise StoreError(f"the store {store.path} was opened read-only; it cannot keep a fit")
     rows = []
