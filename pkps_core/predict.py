@@ -17,7 +17,7 @@ from pkps_core.methods.context import NEIGHBOURS
 from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records, with_shadows_added
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import prepare_cache
-from pkps_core.space.estimator import BANDWIDTH_GRID
+from pkps_core.space.kernels import BANDWIDTH_GRID
 from pkps_core.space.knn import cell_matrix
 from pkps_core.trust import trust_columns
 

@@ -18,14 +18,17 @@ import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from pkps_core.space import PerspectiveSpace, PreparedCache
 from pkps_core.space.knn import cell_matrix, choose_bandwidth, knn_grid_predictions
 from pkps_core.space.out_of_sample import out_of_sample_embedding
+from pkps_core.space.prepare import PreparedCache
+
+if TYPE_CHECKING:  # scikit-learn takes ~1 s to import: a placement fits no space
+    from pkps_core.space import PerspectiveSpace
 
 HOLDOUTS = ("model", "family")
 NEIGHBOURS = ("embedding", "distances", "out-of-sample")
@@ -281,6 +284,8 @@ class PredictionContext:
         params = {**self.space_params, "query_kernel": kernel}
 
         def fit() -> PerspectiveSpace:
+            from pkps_core.space import PerspectiveSpace
+
             excluded = self.models[self.targets] if self.targets is not None else None
             space = PerspectiveSpace(**params).fit(self.prepared, cv_exclude=excluded)
             if self.has_shadows and kernel == "rbf" and params.get("query_bandwidth", "cv") == "cv":

@@ -42,12 +42,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from sklearn.base import clone
 
-from pkps_core.embed import default_embedder, fit_transform_texts, transform_texts, vectors_of
 from pkps_core.methods import METHODS, PredictionContext
 from pkps_core.methods.shadows import shadow_records, with_shadows_added
 from pkps_core.methods.stacking import STACK_MEMBERS, member_predictions
@@ -67,12 +66,15 @@ from pkps_core.predictor.shadow_sums import (
     shadow_pair_sums,
 )
 from pkps_core.records import RecordsError, validate_records
-from pkps_core.space import PerspectiveSpace, kernels, prepare_cache
+from pkps_core.space import kernels
 from pkps_core.space.increments import increment_sums
 from pkps_core.space.knn import cell_matrix
-from pkps_core.space.prepare import append_models
+from pkps_core.space.prepare import append_models, prepare_cache
 from pkps_core.space.runtime import WorkerPool, single_threaded_blas
 from pkps_core.trust import trust_columns
+
+if TYPE_CHECKING:  # scikit-learn takes ~1 s to import: a placement does not need it
+    from pkps_core.space import PerspectiveSpace
 from pkps_core.trust.cells import task_query_counts
 from pkps_core.trust.extrapolation import region_distances_among
 from pkps_core.trust.responses import length_features, mean_log_lengths
@@ -410,7 +412,7 @@ class ReferencePredictor:
             self.embedders_ = {}
             frame = self._embed_references(frame)
         else:  # restored: the references' texts are embedded as they were at the fit
-            self.embedders_ = dict(embedders)
+            self.embedders_ = embedders  # a mapping (state.RestoredEmbedders restores lazily)
             frame = validate_records(self.embed(frame)) if embedders else frame
         self.reference_frame_ = frame
         self.prepared_ = prepare_cache(frame, validated=True)
@@ -435,6 +437,10 @@ class ReferencePredictor:
     def _embed_references(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Texts without vectors embedded once with the offline embedder, fitted on the
         references' texts and kept (:attr:`embedders_`) for the new models' texts."""
+        from sklearn.base import clone
+
+        from pkps_core.embed import default_embedder, fit_transform_texts, vectors_of
+
         frame = frame.copy()
         for kind in ("query", "response"):
             column = f"{kind}_embedding"
@@ -458,7 +464,7 @@ class ReferencePredictor:
         """New models' records with vectors from the references' embedders, where they
         have texts and no vectors (unchanged where the references came with vectors)."""
         frame = records.copy()
-        for kind, fitted in self.embedders_.items():
+        for kind in self.embedders_:
             column = f"{kind}_embedding"
             if column in frame.columns and frame[column].notna().all():
                 continue
@@ -467,6 +473,9 @@ class ReferencePredictor:
                     f"the new model's records need {kind} text (or {column}) on every row: "
                     f"the references' {kind}s were embedded from their text"
                 )
+            from pkps_core.embed import transform_texts  # scikit-learn: only to embed texts
+
+            fitted = self.embedders_[kind]
             frame[column] = list(transform_texts(fitted, frame[kind].astype(str).tolist()))
         return frame
 
@@ -1048,6 +1057,8 @@ def _context_features(space, context: PredictionContext, computed=None) -> np.nd
 def _unfitted_space(name: str, context: PredictionContext) -> PerspectiveSpace:
     """Space ``name`` (PKPS: the RBF query kernel; DKPS: delta) with the context's
     parameters, not yet fitted."""
+    from pkps_core.space import PerspectiveSpace
+
     kernel = {"pkps": "rbf", "dkps": "delta"}[name]
     return PerspectiveSpace(**{**context.space_params, "query_kernel": kernel})
 

@@ -9,12 +9,11 @@ with progress, and keeps it — or says so (:class:`StaleFit`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
 
-from pkps_core.embed import default_embedder
 from pkps_core.predictor.core import (
     STATE_VERSION,
     PlacedSpace,
@@ -26,6 +25,28 @@ from pkps_core.records import RecordsError
 from pkps_core.space import kernels
 
 FIT_KIND = "reference-predictor"
+
+
+class RestoredEmbedders(Mapping):
+    """A kept fit's embedders, each restored from its stored state when first asked for:
+    restoring imports scikit-learn (about a second), which placing a model whose vectors
+    are stored never needs."""
+
+    def __init__(self, states: dict[str, bytes]):
+        self._states, self._restored = states, {}
+
+    def __getitem__(self, kind: str):
+        if kind not in self._restored:
+            from pkps_core.embed import default_embedder
+
+            self._restored[kind] = default_embedder().set_state(self._states[kind])
+        return self._restored[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._states)
+
+    def __len__(self) -> int:
+        return len(self._states)
 
 
 def get_state(predictor: ReferencePredictor) -> tuple[dict, dict[str, np.ndarray]]:
@@ -95,10 +116,9 @@ def from_state(
         space_params=_tuples(settings["space_params"]),
         random_state=settings["random_state"],
     )
-    embedders = {
-        kind: default_embedder().set_state(arrays[f"embedder/{kind}"].tobytes())
-        for kind in document.get("embedders", [])
-    }
+    embedders = RestoredEmbedders(
+        {kind: arrays[f"embedder/{kind}"].tobytes() for kind in document.get("embedders", [])}
+    )
     predictor._set_references(records, embedders=embedders)
     if [str(m) for m in predictor.references_] != document["references"]:
         raise RecordsError("the stored predictor was fitted on other references; fit it again")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pkps_core.embed import embed_records
 from pkps_core.records import RecordsError, default_family, validate_records
 
 SPLITS = ("interpolation", "extrapolation")
@@ -46,6 +45,8 @@ def prepare_records(records: pd.DataFrame, embedder=None) -> pd.DataFrame:
     if "score" not in frame.columns or frame["score"].notna().sum() == 0:
         raise ValueError("the protocols need scored responses; the input has no score column")
     if "query_embedding" not in frame.columns or "response_embedding" not in frame.columns:
+        from pkps_core.embed import embed_records  # here: scikit-learn takes ~1 s to import
+
         frame = embed_records(frame, embedder)
     scored = frame.groupby(["model", "task"])["score"].transform("count") > 0
     return frame[scored].reset_index(drop=True)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import pearsonr, wilcoxon
 
 from pkps_core.protocols.new_model_reports import interval_table, overall_scores, overall_table
 
@@ -308,6 +307,8 @@ def _wilcoxon(differences: np.ndarray) -> tuple[float, float]:
     """Two-sided signed-rank test of ``differences`` against 0; NaN when undefined."""
     if not len(differences) or np.allclose(differences, 0.0):
         return float("nan"), float("nan")
+    from scipy.stats import wilcoxon  # here: scipy.stats takes 0.5 s to import
+
     with warnings.catch_warnings():
         # Ties or zeros send scipy to the normal approximation, which warns on tiny n.
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -321,6 +322,8 @@ def similarity_correlations(long: pd.DataFrame) -> pd.DataFrame:
     Pooled over seeds, targets and tasks where both are finite. Columns ``method, r,
     p_value, n``; r is NaN with fewer than three points or a constant input.
     """
+    from scipy.stats import pearsonr  # here: scipy.stats takes 0.5 s to import
+
     rows = []
     for method, part in long.groupby("method", sort=True):
         finite = part[["similarity", "normalised_gap"]].dropna()

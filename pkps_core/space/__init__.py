@@ -16,10 +16,10 @@ from pkps_core.lazy import lazy_attributes
 _LAZY = {
     "AffinityEngine": "pkps_core.space.affinity",
     "SumsReport": "pkps_core.space.affinity",
-    "BANDWIDTH_GRID": "pkps_core.space.estimator",
-    "QUERY_KERNELS": "pkps_core.space.estimator",
+    "BANDWIDTH_GRID": "pkps_core.space.kernels",
+    "QUERY_KERNELS": "pkps_core.space.kernels",
     "PerspectiveSpace": "pkps_core.space.estimator",
-    "classical_mds": "pkps_core.space.estimator",
+    "classical_mds": "pkps_core.space.mds",
     "RESPONSE_KERNEL_CHOICES": "pkps_core.space.kernels",
     "RESPONSE_KERNEL_NOTE": "pkps_core.space.kernels",
     "RESPONSE_KERNELS": "pkps_core.space.kernels",

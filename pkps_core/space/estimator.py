@@ -23,8 +23,7 @@ from pkps_core.space.mds import classical_mds
 from pkps_core.space.prepare import PreparedCache, prepare_cache, reduce_dimension
 from pkps_core.space.sums import DEFAULT_BLOCK_BYTES
 
-BANDWIDTH_GRID = (0.03, 0.1, 0.3, 1.0, 3.0)
-QUERY_KERNELS = ("rbf", "delta")
+BANDWIDTH_GRID, QUERY_KERNELS = kernels.BANDWIDTH_GRID, kernels.QUERY_KERNELS
 ENGINES = ("local", "dask")
 _MEDIAN_SAMPLE = 2000
 

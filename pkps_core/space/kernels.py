@@ -17,6 +17,10 @@ import scipy.sparse as sp
 from pkps_core.space.runtime import WorkerPool
 
 RESPONSE_KERNELS = ("linear", "rbf", "cosine")
+QUERY_KERNELS = ("rbf", "delta")
+#: Query bandwidths of the CV, as multiples of the median query distance
+#: (:class:`~pkps_core.space.PerspectiveSpace`); here, where no scikit-learn is imported
+BANDWIDTH_GRID = (0.03, 0.1, 0.3, 1.0, 3.0)
 # What the selectors offer. Response vectors are unit-normalised before the kernel (the
 # PKPS paper's setting: a linear kernel on unit-normalised PCA responses, Section 5 and
 # the appendix), and on unit vectors the linear kernel *is* the cosine kernel, so the two

@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from sklearn.manifold import ClassicalMDS
 
 
 def classical_mds(distance: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:
@@ -20,6 +19,8 @@ def classical_mds(distance: np.ndarray, n_components: int) -> tuple[np.ndarray, 
     """
     n = distance.shape[0]
     d = int(max(1, min(n_components, n - 1)))
+    from sklearn.manifold import ClassicalMDS  # here: sklearn takes ~1 s to import
+
     mds = ClassicalMDS(n_components=d, metric="precomputed")
     with warnings.catch_warnings(), np.errstate(invalid="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pkps_core.space.estimator import classical_mds
+from pkps_core.space.mds import classical_mds
 
 
 def out_of_sample_embedding(

@@ -12,9 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.decomposition import PCA
 
-from pkps_core.embed import embed_records
 from pkps_core.records import (
     RecordsError,
     _rows,
@@ -106,6 +104,8 @@ def prepare_cache(
     )
     query_gap = _query_gap(frame) if "query_embedding" not in frame.columns else None
     if needs_text_embedding:
+        from pkps_core.embed import embed_records  # here: scikit-learn takes ~1 s to import
+
         frame = embed_records(frame, embedder=embedder)
         representation = response_representation(frame)
     frame = frame.sort_values(["model", "task", "query_id"], kind="stable").reset_index(drop=True)
@@ -156,6 +156,8 @@ def reduce_dimension(vectors: np.ndarray, components, random_state) -> np.ndarra
     """PCA to ``components`` (int), to the second Zhu–Ghodsi elbow ("elbow"), or not (None)."""
     if components is None:
         return vectors
+    from sklearn.decomposition import PCA  # here: sklearn takes ~1 s to import
+
     max_rank = min(vectors.shape)
     if components == "elbow":
         full = PCA(n_components=min(max_rank, 256), random_state=random_state).fit(vectors)

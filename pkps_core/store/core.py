@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import numpy as np
 import pandas as pd
-import pyarrow as pa
-from sklearn.base import clone
 
-from pkps_core.embed import TextEmbedder, default_embedder, fit_transform_texts, vectors_of
 from pkps_core.records import (
     CANONICAL_COLUMNS,
     RecordsError,
@@ -24,8 +21,8 @@ from pkps_core.store.arrow import (
     _arrow_to_vectors,
     _first_row,
     _stage,
-    _vectors_to_arrow,
 )
+from pkps_core.store.embeddings import _default_embedder, fill_embeddings
 from pkps_core.store.ingest import (
     IngestReport,
     _check_embedding_lengths,
@@ -49,6 +46,9 @@ from pkps_core.store.schema import (
     COVERAGE_SQL,
     PAIREDNESS_SQL,
 )
+
+if TYPE_CHECKING:
+    from pkps_core.embed import TextEmbedder
 
 
 class Store:
@@ -276,9 +276,8 @@ class Store:
         """
         frame = self._select(models, tasks)
         if with_embeddings:
-            template = default_embedder() if embedder is None else embedder
-            for kind in ("query", "response"):
-                self._fill_embeddings(frame, kind, template)
+            for kind in ("query", "response"):  # the default embedder made only if it embeds
+                fill_embeddings(self, frame, kind, embedder)
         # A column empty for the whole selection was never given; a partly empty
         # embedding column cannot be used (validate_records would reject it).
         absent = [c for c in _SCALAR_COLUMNS if frame[c].isna().all()]
@@ -313,105 +312,15 @@ class Store:
             frame[column] = pd.Series(_arrow_to_vectors(table.column(column)), dtype=object)
         return frame
 
-    def _fill_embeddings(self, frame: pd.DataFrame, kind: str, template: TextEmbedder) -> None:
-        column, hashes = f"{kind}_embedding", frame[f"{kind}_hash"]
-        has_vector = frame[column].notna()
-        if has_vector.all() or hashes.isna().all():
-            return
-        if has_vector.any() and hashes.isna().any():
-            raise RecordsError(
-                f"the selection mixes rows with precomputed {column} "
-                f"({int(has_vector.sum())} rows) and rows with neither vectors nor {kind} "
-                f"text ({int((~has_vector & hashes.isna()).sum())} rows); select models/tasks "
-                "of one kind or re-ingest the missing embeddings"
-            )
-        if hashes.isna().any():
-            # Text for some rows only: embeddings from text cannot cover the selection.
-            return
-        vectors = self._embed_hashes(kind, frame, template)
-        codes, distinct = pd.factorize(hashes)  # each distinct text's vector looked up once
-        cells = np.empty(len(distinct), dtype=object)
-        for k, text_hash in enumerate(distinct):
-            cells[k] = vectors[text_hash]
-        frame[column] = cells[codes]
-
-    def _embed_hashes(
-        self, kind: str, frame: pd.DataFrame, template: TextEmbedder
-    ) -> dict[str, np.ndarray]:
-        key = f"{template.name}|{kind}"
-        wanted = frame.drop_duplicates(f"{kind}_hash")
-        # Under the write lock: two sessions embedding the same new texts would otherwise
-        # both fit an embedder and insert the same keys.
-        with self._write_lock, self._cursor() as cur:
-            cached = _arrow_table(
-                cur,
-                """
-                SELECT e.text_hash, e.vector FROM embeddings e
-                JOIN (SELECT unnest(?::VARCHAR[]) AS text_hash) w USING (text_hash)
-                WHERE e.embedder = ?
-                """,
-                [wanted[f"{kind}_hash"].tolist(), key],
-            )
-            vectors = dict(
-                zip(
-                    cached.column("text_hash").to_pylist(),
-                    _arrow_to_vectors(cached.column("vector")),
-                    strict=True,
-                )
-            )
-            missing = wanted[~wanted[f"{kind}_hash"].isin(vectors)]
-            if missing.empty:
-                return vectors
-            embedder, fitted_on = self._fitted_embedder(
-                cur, key, kind, template, store=not self.read_only
-            )
-            new = vectors_of(embedder, missing[kind].tolist(), fitted_on)
-            if self.read_only:  # a reader embeds in memory and stores nothing
-                vectors.update(zip(missing[f"{kind}_hash"], new, strict=True))
-                return vectors
-            rows = pa.table(
-                {
-                    "text_hash": pa.array(missing[f"{kind}_hash"].tolist(), type=pa.string()),
-                    "embedder": pa.array([key] * len(missing), type=pa.string()),
-                    "vector": _vectors_to_arrow(list(new)),
-                }
-            )
-            _stage(cur, "new_vectors", rows)
-            cur.execute("INSERT OR IGNORE INTO embeddings SELECT * FROM new_vectors")
-            cur.execute("DROP TABLE new_vectors")
-        vectors.update(zip(missing[f"{kind}_hash"], new, strict=True))
-        return vectors
-
-    @staticmethod
-    def _fitted_embedder(
-        cur: duckdb.DuckDBPyConnection,
-        key: str,
-        kind: str,
-        template: TextEmbedder,
-        *,
-        store: bool = True,
-    ) -> tuple[TextEmbedder, tuple[list[str], np.ndarray] | None]:
-        """The kind's embedder, restored, or fitted on its texts (returned with their vectors)."""
-        embedder = clone(template, safe=False)
-        row = _first_row(cur, "SELECT state FROM embedders WHERE embedder = ?", [key])
-        if row is not None:
-            return embedder.set_state(bytes(row[0])), None
-        sql = f"SELECT DISTINCT {kind} FROM responses WHERE {kind} IS NOT NULL ORDER BY {kind}"
-        corpus = [text for (text,) in cur.execute(sql).fetchall()]
-        vectors = fit_transform_texts(embedder, corpus)
-        if store:
-            cur.execute(
-                "INSERT INTO embedders VALUES (?, ?, ?)", [key, embedder.get_state(), len(corpus)]
-            )
-        return embedder, (corpus, vectors)
-
     def fitted_embedder(
         self, kind: str, embedder: TextEmbedder | None = None
     ) -> TextEmbedder | None:
         """The fitted embedder whose vectors :meth:`records` gives ``kind`` ("query" or
         "response") texts, to embed texts from outside the store alike (a new model's
         upload); None until a read with embeddings has fitted it. Writes nothing."""
-        template = default_embedder() if embedder is None else embedder
+        from sklearn.base import clone
+
+        template = _default_embedder() if embedder is None else embedder
         with self._cursor() as cur:
             row = _first_row(
                 cur, "SELECT state FROM embedders WHERE embedder = ?", [f"{template.name}|{kind}"]

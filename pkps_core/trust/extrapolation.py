@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
+from scipy.special import ndtri  # the normal quantile; scipy.stats takes 0.5 s to import
 
 from pkps_core.methods import PredictionContext
-from pkps_core.space import PerspectiveSpace, prepare_cache
 from pkps_core.space.kernels import affinity_from_sums, distance_from_affinity
+from pkps_core.space.prepare import prepare_cache
 from pkps_core.trust.cells import (
     allowed_reference_stack,
     sampling_error,
@@ -142,6 +142,8 @@ def _region_distances(context: PredictionContext, copy_of=None) -> tuple[np.ndar
         originals = np.arange(len(context.models))
         copy_index = originals if copy_of is None else np.asarray(copy_of)
     else:
+        from pkps_core.space import PerspectiveSpace  # here: scikit-learn takes ~1 s to import
+
         augmented = pd.concat([context.prepared.frame, copies], ignore_index=True)
         params = {**context.space_params, "query_kernel": "rbf"}
         params["query_bandwidth"] = space.query_bandwidth_
@@ -359,7 +361,7 @@ def own_sample_interval(
             spread = np.sqrt(np.clip((high - context.sample) * (context.sample - low), 0, None))
             n = np.maximum(context.n_responses, 1)
             error = np.fmax(error, spread / np.sqrt(n))
-    half = float(norm.ppf(0.5 + level / 2.0)) * error
+    half = float(ndtri(0.5 + level / 2.0)) * error
     with np.errstate(invalid="ignore"):
         return (
             np.clip(context.sample - half, low, high),
