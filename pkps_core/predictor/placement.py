@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pkps_core.methods import PredictionContext
+from pkps_core.predictor.direct_pairs import direct_pair_sums
 from pkps_core.predictor.shadow_sums import shadow_pair_sums
 from pkps_core.space import kernels
 from pkps_core.space.increments import increment_sums
@@ -61,7 +62,12 @@ def new_model_pairs(prepared, spaces: dict, is_new: np.ndarray, features: np.nda
     bandwidths = [
         float(spaces[name].query_bandwidth_) if queries is not None else 0.0 for name in names
     ]
-    pairs = shadow_pair_sums(prepared.layout, features, queries, bandwidths, is_new, rows=~is_new)
+    layout = prepared.layout
+    # a few new responses: straight from their products with the fitted ones (no per-query
+    # fill of every reference); many: the pass that factors through the queries
+    pairs = direct_pair_sums(layout, features, queries, bandwidths, is_new, ~is_new)
+    if pairs is None:
+        pairs = shadow_pair_sums(layout, features, queries, bandwidths, is_new, rows=~is_new)
     return dict(zip(names, pairs, strict=True))
 
 
