@@ -139,14 +139,20 @@ def _upload_report(upload, records, store, predictor, args):
     """The report of an uploaded model, placed by the kept predictor where the store has
     text embedders for its texts, else refitted with the store (the page's two paths)."""
     from pkps_core.views.new_model import new_model_report
-    from pkps_core.views.placed_model import embed_like_store, placed_model_report
-    from pkps_core.views.uploaded_model import upload_as_new, upload_target
+    from pkps_core.views.placed_model import placed_model_report
+    from pkps_core.views.uploaded_model import (
+        embedded_like_the_store,
+        upload_as_new,
+        upload_target,
+    )
 
+    # read once (each is a stored state of up to tens of MB), for either path
     embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
     embeddable = all(e is not None for e in embedders.values())
     if predictor is not None and embeddable:
         named, _, notes = upload_as_new(upload, records["model"].unique())
-        return placed_model_report(predictor, embed_like_store(named, store)), notes
+        embedded = embedded_like_the_store(named, embedders)
+        return placed_model_report(predictor, embedded), notes
     combined, model, notes = upload_target(upload, records, embedders)
     report = new_model_report(
         combined, model, holdout=args.holdout, space_params={"random_state": args.seed}
