@@ -6,15 +6,17 @@ Run from the repository root (about 20 minutes on 2 cores for the defaults)::
     PYTHONPATH=. .venv/bin/python bench/predictor_noise_floor.py --seeds 24
 
 The new-model protocol of ``bench/new_model_table.py`` (AlpacaEval-40, a quarter of the
-families as new models, family holdout, 90 % intervals) runs twice, in two processes, with
-both methods: once as that bench runs it, once with every fit's random draws moved
-(``draw_offset``: the calibration shadows, the spaces' ``random_state``, the predictor's)
-while the masks — the targets and the responses they kept — stay the same. Each method
-is then compared with itself on the same targets (its two draws), and the placed ensemble
-with the refit one within each draw, as ``bench/new_model_table.py --paired`` does: cell
-MAE, the overall-score Spearman over the ~10 targets of a seed and its seed-by-seed
-difference (mean ± SEM), 90 % coverage. The first ``--issue-seeds`` seeds (default 8, the
-predictor issue's protocol) are tabulated on their own too.
+families as new models, family holdout, 90 % intervals) runs once per draw (``--draws``,
+default 2; two processes at a time), with both methods: the first draw as that bench runs
+it, each other one with every fit's random draws moved (``draw_offset`` = 1000 × the draw:
+the calibration shadows, the spaces' ``random_state``, the predictor's) while the masks —
+the targets and the responses they kept — stay the same. Each method is then compared
+with itself on the same targets (its first two draws), and the placed ensemble with the
+refit one within each draw, as ``bench/new_model_table.py --paired`` does: cell MAE, the
+overall-score Spearman over the ~10 targets of a seed and its seed-by-seed difference
+(mean ± SEM), 90 % coverage; and the placed − refit Spearman averaged over every draw. The
+first ``--issue-seeds`` seeds (default 8, the predictor issue's protocol) are tabulated on
+their own too.
 
 A difference between two methods means something only beside the difference between a
 method and itself.
@@ -34,13 +36,22 @@ import numpy as np
 import pandas as pd
 
 REFIT, PLACED = "ensemble", "ensemble-placed"
-REDRAWN = " (redrawn)"
+REDRAWN = " (redrawn)"  # the second draw's methods
+DRAW_STEP = 1000  # draw k moves every fit's random draws by k × DRAW_STEP
+
+
+def drawn(method: str, draw: int) -> str:
+    """The method's label in draw ``draw`` (0: as bench/new_model_table.py runs it)."""
+    return method if draw == 0 else method + (REDRAWN if draw == 1 else f" (draw {draw})")
+
+
 ALPACA = Path(__file__).resolve().parents[2] / "shared/data/alpaca_eval/alpaca_eval_40.parquet"
 
 
-def _sweep(path: str, seeds: list[int], budgets: list[int], modes: list[str], offset: int):
+def _sweep(path: str, seeds: list[int], budgets: list[int], modes: list[str], draw: int):
     """One protocol run (in a worker process, BLAS on one thread): the long rows, the
-    methods of a moved draw renamed with :data:`REDRAWN`."""
+    methods of a moved draw renamed (:func:`drawn`)."""
+    offset = draw * DRAW_STEP
     from pkps_core.protocols import new_model_protocol, prepare_records
 
     records = prepare_records(pd.read_parquet(path))
@@ -59,9 +70,7 @@ def _sweep(path: str, seeds: list[int], budgets: list[int], modes: list[str], of
         draw_offset=offset,
     )
     long = result.long
-    if offset:
-        long = long.assign(method=long["method"] + REDRAWN)
-    return long
+    return long.assign(method=long["method"].map(lambda method: drawn(method, draw)))
 
 
 def comparisons(long: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -84,15 +93,16 @@ def comparisons(long: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def spread_table(long: pd.DataFrame) -> pd.DataFrame:
     """Per (mode, m), seed by seed (mean ± SEM over seeds): the placed − refit Spearman
-    difference averaged over the two draws, each method against its other draw, and the
+    difference averaged over every draw, each method against its other draw, and the
     per-seed standard deviation of one draw's placed − refit beside refit′ − refit."""
     from bench.new_model_table import seed_spearman
 
     rho = seed_spearman(long)
+    draws = [d for d in range(len(rho.columns)) if drawn(PLACED, d) in rho.columns]
     placed = rho[PLACED] - rho[REFIT]
-    placed_again = rho[PLACED + REDRAWN] - rho[REFIT + REDRAWN]
+    each = [rho[drawn(PLACED, d)] - rho[drawn(REFIT, d)] for d in draws]
     columns = {
-        "placed − refit, the two draws averaged": (placed + placed_again) / 2,
+        f"placed − refit, the {len(draws)} draws averaged": sum(each) / len(each),
         "refit′ − refit": rho[REFIT + REDRAWN] - rho[REFIT],
         "placed′ − placed": rho[PLACED + REDRAWN] - rho[PLACED],
     }
@@ -115,16 +125,18 @@ def main() -> None:
     parser.add_argument("--issue-seeds", type=int, default=8)
     parser.add_argument("--budgets", default="1,2,4,8,16")
     parser.add_argument("--modes", default="scored,responses-only")
-    parser.add_argument("--offset", type=int, default=1000, help="the moved draws' seed offset")
+    parser.add_argument("--draws", type=int, default=2, help="draws of every fit (≥ 2)")
     parser.add_argument("--input", default=str(ALPACA))
-    parser.add_argument("--out", help="also write the long rows of both runs here (.csv)")
-    parser.add_argument("--long", help="tabulate this saved --out file instead of running")
+    parser.add_argument("--out", help="also write the long rows of every draw here (.csv)")
+    parser.add_argument(
+        "--long", help="tabulate these saved --out files (comma-separated) instead of running"
+    )
     args = parser.parse_args()
     from bench.new_model_table import _plain_markdown
 
     started = time.perf_counter()
     if args.long:
-        long = pd.read_csv(args.long)
+        long = pd.concat([pd.read_csv(p) for p in args.long.split(",")], ignore_index=True)
     else:
         if not Path(args.input).exists():
             print(f"skipped: {args.input} is absent")
@@ -136,17 +148,18 @@ def main() -> None:
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(2, mp_context=spawn) as pool:
             runs = [
-                pool.submit(_sweep, args.input, seeds, budgets, modes, offset)
-                for offset in (0, args.offset)
+                pool.submit(_sweep, args.input, seeds, budgets, modes, draw)
+                for draw in range(args.draws)
             ]
             long = pd.concat([run.result() for run in runs], ignore_index=True)
         if args.out:
             long.to_csv(args.out, index=False)
     n_seeds = long["seed"].nunique()
     targets = long.groupby("seed")["n_targets"].first()
+    n_draws = sum(drawn(PLACED, d) in set(long["method"]) for d in range(long["method"].nunique()))
     print(
-        f"{n_seeds} seeds ({targets.min()}–{targets.max()} targets each), draws moved by "
-        f"{args.offset}; {time.perf_counter() - started:.0f} s"
+        f"{n_seeds} seeds ({targets.min()}–{targets.max()} targets each), {n_draws} draws "
+        f"(moved by {DRAW_STEP} each); {time.perf_counter() - started:.0f} s"
     )
     print(
         "\n### The overall-score Spearman, seed by seed: the placed ensemble against the refit"

@@ -64,7 +64,7 @@ def test_the_cell_mae_of_a_subset_of_the_seeds_is_its_own_mean():
 
 
 def test_the_noise_floor_table_sets_each_method_against_its_other_draw():
-    from bench.predictor_noise_floor import PLACED, REDRAWN, REFIT, spread_table
+    from bench.predictor_noise_floor import PLACED, REDRAWN, REFIT, drawn, spread_table
 
     long = _long()
     names = {"refit": REFIT, "placed": PLACED}
@@ -76,6 +76,12 @@ def test_the_noise_floor_table_sets_each_method_against_its_other_draw():
     row = spread_table(pd.concat([first, again], ignore_index=True)).iloc[0]
     assert (row["mode"], row["m"]) == ("scored", 2)
     # placed − refit: −2 on both seeds of the first draw; 0 (seed 1) and −2 in the second
-    assert row["placed − refit, the two draws averaged"] == "-1.500 ± 0.500"
+    assert row["placed − refit, the 2 draws averaged"] == "-1.500 ± 0.500"
     assert row["refit′ − refit"] == "-1.000 ± 1.000"  # 0 on seed 0, −2 on seed 1
     assert row["placed′ − placed"] == "+0.000 ± 0.000"
+    # a third draw like the first: seed 0 averages −2, seed 1 (−2 + 0 − 2) / 3
+    third = first.assign(method=first["method"].map(lambda method: drawn(method, 2)))
+    assert drawn(REFIT, 1) == REFIT + REDRAWN and drawn(REFIT, 0) == REFIT
+    three = spread_table(pd.concat([first, again, third], ignore_index=True)).iloc[0]
+    assert three["placed − refit, the 3 draws averaged"] == "-1.667 ± 0.333"
+    assert three["refit′ − refit"] == row["refit′ − refit"]  # still the first two draws
