@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from pkps_core import report as reports
+from pkps_core.embed import TfidfSvdEmbedder
 from pkps_core.records import RecordsError
 from pkps_core.synthetic import make_synthetic
 from pkps_core.views.new_model import (
@@ -235,9 +236,12 @@ def test_an_upload_is_embedded_by_the_stores_fitted_embedders(tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
         store.ingest(cache[cache["model"] != "beta/m5"])
         assert store.fitted_embedder("response") is None  # nothing read with vectors yet
+        assert not store.has_fitted_embedder("response")
         records = store.records()
         embedders = {kind: store.fitted_embedder(kind) for kind in ("query", "response")}
         assert all(e is not None for e in embedders.values())
+        assert store.has_fitted_embedder("query") and store.has_fitted_embedder("response")
+        assert not store.has_fitted_embedder("query", embedder=TfidfSvdEmbedder(n_components=8))
         combined, model, notes = upload_target(upload, records, embedders)
         assert not notes  # nothing embedded afresh
         # the store's vectors are kept as they were, and the upload's are the store's own

@@ -201,7 +201,7 @@ with st.status("Predicting the model as new…", expanded=False) as status:
             # a store whose vectors came with its data (no fitted text embedder) cannot
             # embed an upload's texts alike: those uploads are refitted with everything
             store = shared.open_store(path)
-            embeddable = all(store.fitted_embedder(k) is not None for k in ("query", "response"))
+            embeddable = all(store.has_fitted_embedder(k) for k in ("query", "response"))
             placed = fitted and embeddable
             report_of = placed_upload_report if placed else uploaded_model_report
             started = time.time()

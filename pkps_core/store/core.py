@@ -22,7 +22,7 @@ from pkps_core.store.arrow import (
     _first_row,
     _stage,
 )
-from pkps_core.store.embeddings import _default_embedder, fill_embeddings
+from pkps_core.store.embeddings import DEFAULT_EMBEDDER_NAME, _default_embedder, fill_embeddings
 from pkps_core.store.ingest import (
     IngestReport,
     _check_embedding_lengths,
@@ -311,6 +311,16 @@ class Store:
         for column in _EMBEDDING_COLUMNS:
             frame[column] = pd.Series(_arrow_to_vectors(table.column(column)), dtype=object)
         return frame
+
+    def has_fitted_embedder(self, kind: str, embedder: TextEmbedder | None = None) -> bool:
+        """Whether :meth:`fitted_embedder` would return one, without reading its state
+        (tens of MB on a large store)."""
+        name = DEFAULT_EMBEDDER_NAME if embedder is None else embedder.name
+        with self._cursor() as cur:
+            row = _first_row(
+                cur, "SELECT count(*) FROM embedders WHERE embedder = ?", [f"{name}|{kind}"]
+            )
+        return bool(row and row[0])
 
     def fitted_embedder(
         self, kind: str, embedder: TextEmbedder | None = None
