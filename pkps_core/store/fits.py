@@ -67,8 +67,9 @@ def embedders_digest(store: Store) -> str:
             return ""
         rows = cur.execute("SELECT embedder, state FROM embedders ORDER BY embedder").fetchall()
     digest = hashlib.sha256()
-    for name, state in rows:
-        digest.update(name.encode() + b"\x00" + bytes(state) + b"\x00")
+    for name, state in rows:  # piece by piece: no concatenated copy of a 25 MB state
+        for piece in (name.encode(), b"\x00", state, b"\x00"):
+            digest.update(piece)
     return digest.hexdigest()
 
 
