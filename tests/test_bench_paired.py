@@ -64,7 +64,7 @@ def test_the_cell_mae_of_a_subset_of_the_seeds_is_its_own_mean():
 
 
 def test_the_noise_floor_table_sets_each_method_against_its_other_draw():
-    from bench.predictor_noise_floor import PLACED, REDRAWN, REFIT, drawn, spread_table
+    from bench.predictor_noise_floor import PLACED, REDRAWN, REFIT, drawn, draws_table, spread_table
 
     long = _long()
     names = {"refit": REFIT, "placed": PLACED}
@@ -73,6 +73,9 @@ def test_the_noise_floor_table_sets_each_method_against_its_other_draw():
     again = first.assign(method=first["method"] + REDRAWN)
     flip = (again["method"] == REFIT + REDRAWN) & (again["seed"] == 1)
     again.loc[flip, "y_pred"] = 0.4 - again.loc[flip, "y_true"]
+    again.loc[flip, "abs_err"] = (again.loc[flip, "y_pred"] - again.loc[flip, "y_true"]).abs()
+    again.loc[flip, "lower"] = again.loc[flip, "y_pred"] - 0.05
+    again.loc[flip, "upper"] = again.loc[flip, "y_pred"] + 0.05
     row = spread_table(pd.concat([first, again], ignore_index=True)).iloc[0]
     assert (row["mode"], row["m"]) == ("scored", 2)
     # placed − refit: −2 on both seeds of the first draw; 0 (seed 1) and −2 in the second
@@ -85,3 +88,11 @@ def test_the_noise_floor_table_sets_each_method_against_its_other_draw():
     three = spread_table(pd.concat([first, again, third], ignore_index=True)).iloc[0]
     assert three["placed − refit, the 3 draws averaged"] == "-1.667 ± 0.333"
     assert three["refit′ − refit"] == row["refit′ − refit"]  # still the first two draws
+    side = draws_table(pd.concat([first, again, third], ignore_index=True)).iloc[0]
+    assert [side[f"draw {d}"] for d in (1, 2, 3)] == ["-2.000", "-1.000", "-2.000"]
+    # refit's cell MAE: 0.01 in draws 1 and 3; in draw 2 seed 1's cells are off by 0.2, 0,
+    # 0.2 (0.86 / 12); placed's 0.4 / 3 in each
+    refit_mae = (0.01 + 0.86 / 12 + 0.01) / 3
+    assert side["cell MAE placed / refit"] == f"{(0.4 / 3) / refit_mae - 1:+.1%}"
+    assert side["coverage refit"] == "0.67–1.00"  # draw 2 covers 8 of 12 cells
+    assert side["coverage placed"] == "0.33–0.33"
