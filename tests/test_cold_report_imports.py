@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from cli_in_process import run_in_process
 
 from pkps_core.embed import default_embedder
 from pkps_core.store import Store
 from pkps_core.store.embeddings import DEFAULT_EMBEDDER_NAME
+from pkps_core.synthetic import make_synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("sklearn", "scipy.stats")
@@ -32,23 +32,13 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "sklearn"
 
 
 def _text_records() -> pd.DataFrame:
-    rng = np.random.default_rng(1)
-    rows = []
-    for k in range(10):
-        skill = rng.normal()
-        for task in ("t1", "t2"):
-            for q in range(8):
-                rows.append(
-                    {
-                        "model": f"fam{k % 3}/model-{k}",
-                        "task": task,
-                        "query_id": f"q{q}",
-                        "query": f"{task} question {q} about topic {q % 4}",
-                        "response": f"answer {q} in style {k % 4} {'detail ' * (k % 5)}",
-                        "score": float(1 / (1 + np.exp(-(skill + rng.normal(0, 0.5))))),
-                    }
-                )
-    return pd.DataFrame(rows)
+    """A synthetic cache whose queries and responses are texts (no vectors)."""
+    records = make_synthetic(n_models=10, n_tasks=2, budget=8, random_state=1).records
+    records = records.drop(columns=["query_embedding", "response_embedding"], errors="ignore")
+    records["query"] = "question " + records["query_id"].astype(str) + " of " + records["task"]
+    style = records["model"].str[-1].map(lambda digit: "detail " * (int(digit) % 5))
+    records["response"] = "answer of " + records["model"] + " to " + records["query"] + style
+    return records
 
 
 def test_the_default_embedders_name_is_known_without_building_it():
@@ -57,11 +47,12 @@ def test_the_default_embedders_name_is_known_without_building_it():
 
 def test_a_cold_report_of_a_kept_fit_imports_no_sklearn_and_says_the_same(tmp_path):
     path = tmp_path / "texts.duckdb"
+    records = _text_records()
     with Store(path) as store:
-        store.ingest(_text_records(), source="texts")
+        store.ingest(records, source="texts")
     fitted = run_in_process("fit", "--db", str(path), "--no-leaderboard")
     assert fitted.returncode == 0, fitted.stderr
-    model = "fam1/model-4"
+    model = sorted(records["model"].unique())[4]
     here = run_in_process("report", "--db", str(path), "--model", model)
     assert here.returncode == 0, here.stderr
     done = subprocess.run(
