@@ -72,12 +72,12 @@ from pkps_core.space.knn import cell_matrix
 from pkps_core.space.prepare import append_models, prepare_cache
 from pkps_core.space.runtime import WorkerPool, single_threaded_blas
 from pkps_core.trust import trust_columns
-
-if TYPE_CHECKING:  # scikit-learn takes ~1 s to import: a placement does not need it
-    from pkps_core.space import PerspectiveSpace
 from pkps_core.trust.cells import task_query_counts
 from pkps_core.trust.extrapolation import region_distances_among
 from pkps_core.trust.responses import length_features, mean_log_lengths
+
+if TYPE_CHECKING:  # scikit-learn takes ~1 s to import: a placement does not need it
+    from pkps_core.space import PerspectiveSpace
 
 __all__ = ["MODES", "PROFILE_BUDGETS", "PlacedSpace", "Profile", "ReferencePredictor", "profile_of"]
 
