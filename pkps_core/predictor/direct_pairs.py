@@ -90,12 +90,9 @@ def direct_pair_sums(
 
 
 def _responses_of(layout: kernels.ResponseLayout, models: np.ndarray):
-    """The responses of ``models`` (in their order) and each one's position in ``models``."""
-    bounds = layout.model_bounds
-    counts = bounds[models + 1] - bounds[models]
-    responses = (
-        np.concatenate([np.arange(bounds[m], bounds[m + 1]) for m in models])
-        if len(models)
-        else np.zeros(0, dtype=np.int64)
-    )
-    return responses, np.repeat(np.arange(len(models)), counts)
+    """The responses of ``models`` (ascending model indices; the layout is sorted by model)
+    and each one's position in ``models``."""
+    wanted = np.zeros(layout.n_models, dtype=bool)
+    wanted[models] = True
+    responses = np.flatnonzero(wanted[layout.model_idx])
+    return responses, np.searchsorted(models, layout.model_idx[responses])
