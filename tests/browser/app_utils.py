@@ -307,7 +307,23 @@ def upload(session: Session, *files: tuple[str, bytes]) -> None:
         path.write_bytes(data)
         paths.append(str(path))
     session.page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(paths)
-    wait_for_app(session.page)
+    wait_for_uploaded(session.page, [name for name, _ in files])
+
+
+def wait_for_uploaded(page, names: list[str]) -> None:
+    """Wait until the uploader lists every file (each has its "Remove" button once the
+    server holds it), then until the script run the upload started has finished.
+
+    Waiting for the run alone races on a loaded machine: the browser sends the files
+    first and reruns the script after, so a wait begun 155 ms after the files were
+    given can see the run before the upload still at rest, and return early."""
+    from playwright.sync_api import expect
+
+    for name in names:
+        expect(page.get_by_role("button", name=f"Remove {name}")).to_be_visible(
+            timeout=SCRIPT_TIMEOUT_MS
+        )
+    wait_for_app(page)
 
 
 @functools.cache

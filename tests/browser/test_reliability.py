@@ -6,7 +6,16 @@ import json
 import time
 
 import pytest
-from app_utils import ROOT, go_to, import_button, upload, wait_for_app, watch, watched
+from app_utils import (
+    ROOT,
+    go_to,
+    import_button,
+    upload,
+    wait_for_app,
+    wait_for_uploaded,
+    watch,
+    watched,
+)
 from playwright.sync_api import expect
 
 from bench.caches import make_text_records
@@ -64,7 +73,7 @@ def test_a_million_rows_ingest_with_progress(tmp_path, start_server, new_session
     go_to(session, "Data")
     # Playwright passes buffers over 50 MB only as files.
     page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(str(csv))
-    wait_for_app(page)
+    wait_for_uploaded(page, [csv.name])
     watch(page, "[data-testid='stExpander']", "import_stages")
     started = time.monotonic()
     import_button(session).click()
