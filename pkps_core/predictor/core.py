@@ -57,6 +57,7 @@ from pkps_core.predictor.placement import (
     nearest_allowed,
     new_model_pairs,
     place,
+    placed_coordinates,
     placement_features,
 )
 from pkps_core.predictor.profiles import drawn_levels, first_shadows, without_shadow_scores
@@ -89,7 +90,8 @@ METHOD = "ensemble"
 SPACES = ("pkps", "dkps")
 PHANTOM = "\x00phantom target"
 NEW_TAG = " [new]"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the KNN's coordinates by `neighbours` (out of sample by default)
+NEIGHBOURS = ("out-of-sample", "embedding", "distances")
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,14 @@ class ReferencePredictor:
         :class:`~pkps_core.space.PerspectiveSpace` parameters; defaults as in a run with
         targets (U-statistic, the wider bandwidth grid).
     random_state : int, default=0
+    neighbours : {"out-of-sample", "embedding", "distances"}, default="out-of-sample"
+        Where the KNN of the space members measures distance
+        (:class:`~pkps_core.methods.PredictionContext`). "out-of-sample": in the MDS of the
+        references alone, every shadow placed out of sample by its distance row, as every
+        new model is placed — the calibration rehearses the new models' own situation,
+        and the references' map does not depend on the shadows (their number, their
+        budget). "embedding": the MDS of the references with the shadows (Eq. 2), new
+        models placed into it. "distances": by D itself.
 
     Attributes
     ----------
@@ -189,6 +199,7 @@ class ReferencePredictor:
         shadow_repeats: int | str = "auto",
         space_params: dict | None = None,
         random_state: int = 0,
+        neighbours: str = "out-of-sample",
     ):
         self.budgets = budgets
         self.modes = modes
@@ -197,6 +208,7 @@ class ReferencePredictor:
         self.shadow_repeats = shadow_repeats
         self.space_params = space_params
         self.random_state = random_state
+        self.neighbours = neighbours
 
     # ------------------------------------------------------------------ settings
 
@@ -213,6 +225,10 @@ class ReferencePredictor:
             raise ValueError("shadow_repeats must be 'auto' or at least 1")
         if int(self.n_neighbors) < 1:
             raise ValueError("n_neighbors must be at least 1")
+        if self.neighbours not in NEIGHBOURS:
+            raise ValueError(
+                f"neighbours must be one of {', '.join(NEIGHBOURS)}, got {self.neighbours!r}"
+            )
 
     def _space_params(self) -> dict:
         params = dict(self.space_params or {})
@@ -233,6 +249,7 @@ class ReferencePredictor:
             ),
             "space_params": {k: _jsonable(v) for k, v in self._space_params().items()},
             "random_state": int(self.random_state),
+            "neighbours": self.neighbours,
             "state_version": STATE_VERSION,
         }
 
@@ -496,6 +513,7 @@ class ReferencePredictor:
             n_neighbors=int(self.n_neighbors),
             origin=origin,
             rows=shadows,
+            neighbours=self.neighbours,
         )
 
     def _profile_shadows(self, profile: Profile) -> tuple[pd.DataFrame, dict]:
@@ -655,15 +673,17 @@ class ReferencePredictor:
                 else int(np.argmin(np.abs(space.bandwidth_grid_ - space.query_bandwidth_)))
             )
             sums[name] = space.kernel_sums_[best]
+            embedding, eigenvalues, inside = placed_coordinates(context, space)
             spaces[name] = PlacedSpace(
                 models_=context.models,
                 families_=context.families,
                 distance_matrix_=space.distance_matrix_,
-                embedding_=space.embedding_,
-                eigenvalues_=space.eigenvalues_,
+                embedding_=embedding,
+                eigenvalues_=eigenvalues,
                 query_bandwidth_=float(space.query_bandwidth_),
                 response_kernel=space.response_kernel,
                 response_bandwidth_=float(getattr(space, "response_bandwidth_", 1.0)),
+                inside_=inside,
             )
         if "region" not in fitted:
             # each reference's budget copy for the region check is its first shadow: a
@@ -863,6 +883,9 @@ class ReferencePredictor:
             n_neighbors=base.n_neighbors,
             origin=origin,
             rows=is_new,
+            # the placed spaces' coordinates are already those the calibration's KNN read
+            # (placed_coordinates), extended to the new models: no MDS to redo here
+            neighbours="distances" if base.neighbours == "distances" else "embedding",
         )
         context.shared["item_sd"] = base.item_sd()
         features = placement_features(prepared)  # once for both spaces

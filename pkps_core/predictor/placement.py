@@ -18,7 +18,7 @@ from pkps_core.predictor.direct_pairs import direct_pair_sums
 from pkps_core.predictor.shadow_sums import shadow_pair_sums
 from pkps_core.space import kernels
 from pkps_core.space.increments import increment_sums
-from pkps_core.space.out_of_sample import place_out_of_sample
+from pkps_core.space.out_of_sample import out_of_sample_fit, place_out_of_sample
 
 
 @dataclass
@@ -34,6 +34,33 @@ class PlacedSpace:
     query_bandwidth_: float
     response_kernel: str = "linear"
     response_bandwidth_: float = 1.0
+    # the models whose MDS the coordinates are (the others placed out of sample into it);
+    # None: every model's (the joint MDS, Eq. 2)
+    inside_: np.ndarray | None = None
+
+
+def inside_of(context: PredictionContext) -> np.ndarray | None:
+    """The models inside the MDS the KNN of ``context`` reads: the non-targets with
+    ``neighbours="out-of-sample"`` (at least two), else None (every model, joint MDS)."""
+    targets = context.targets
+    if context.neighbours != "out-of-sample" or targets is None or not targets.any():
+        return None
+    inside = ~np.asarray(targets, dtype=bool)
+    return inside if inside.sum() >= 2 else None
+
+
+def placed_coordinates(context: PredictionContext, space) -> tuple:
+    """The coordinates the KNN of ``context`` reads in the fitted ``space``, the
+    eigenvalues of their MDS and the models inside it (None: all): the joint MDS, or with
+    ``neighbours="out-of-sample"`` the references' MDS with every shadow placed out of
+    sample (:meth:`PredictionContext.coordinates`), which new models then extend."""
+    inside = inside_of(context)
+    if inside is None:
+        return space.embedding_, space.eigenvalues_, None
+    embedding, eigenvalues = out_of_sample_fit(
+        space.distance_matrix_, inside, space.embedding_.shape[1]
+    )
+    return embedding, eigenvalues, inside
 
 
 def nearest_allowed(distances: np.ndarray, references: np.ndarray, allowed: np.ndarray):
@@ -116,11 +143,19 @@ def place(
     affinity, _ = kernels.affinity_from_sums(joint, base.space_params.get("self_pairs", "exclude"))
     distance, _ = kernels.distance_from_affinity(affinity)
     distance[np.ix_(index, index)] = fitted.distance_matrix_
-    within = fitted.distance_matrix_**2
+    # new models extend the fitted MDS: the inside models' (the references' alone where
+    # the shadows were placed out of sample too), so they are placed as the shadows were
+    inside = (
+        np.ones(len(index), dtype=bool) if fitted.inside_ is None else np.asarray(fitted.inside_)
+    )
+    within = fitted.distance_matrix_[np.ix_(inside, inside)] ** 2
     embedding = np.zeros((n, fitted.embedding_.shape[1]))
     embedding[index] = fitted.embedding_
     embedding[is_new] = place_out_of_sample(
-        distance[np.ix_(is_new, index)] ** 2, within, fitted.embedding_, fitted.eigenvalues_
+        distance[np.ix_(is_new, index[inside])] ** 2,
+        within,
+        fitted.embedding_[inside],
+        fitted.eigenvalues_,
     )
     return dataclasses.replace(
         fitted,

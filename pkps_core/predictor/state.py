@@ -21,6 +21,7 @@ from pkps_core.predictor.core import (
     ReferencePredictor,
     _Calibration,
 )
+from pkps_core.predictor.placement import inside_of
 from pkps_core.records import RecordsError
 from pkps_core.space import kernels
 
@@ -115,6 +116,7 @@ def from_state(
         shadow_repeats=settings["shadow_repeats"],
         space_params=_tuples(settings["space_params"]),
         random_state=settings["random_state"],
+        neighbours=settings["neighbours"],
     )
     embedders = RestoredEmbedders(
         {kind: arrays[f"embedder/{kind}"].tobytes() for kind in document.get("embedders", [])}
@@ -141,6 +143,7 @@ def restore_profile(predictor: ReferencePredictor, key: str) -> _Calibration:
         raise RecordsError("the stored predictor's shadows differ from today's; fit it again")
     context.shared["item_sd"] = arrays[f"{key}/item_sd"]
     spaces, sums = {}, {}
+    inside = inside_of(context)  # as the fit placed its shadows
     for name, meta in entry["spaces"].items():
         spaces[name] = PlacedSpace(
             models_=context.models,
@@ -151,6 +154,7 @@ def restore_profile(predictor: ReferencePredictor, key: str) -> _Calibration:
             query_bandwidth_=float(meta["query_bandwidth"]),
             response_kernel=meta["response_kernel"],
             response_bandwidth_=float(meta["response_bandwidth"]),
+            inside_=inside,
         )
         context.shared[("space", name)] = spaces[name]
         sums[name] = kernels.KernelSums(*(arrays[f"{key}/{name}/{part}"] for part in _SUM_PARTS))

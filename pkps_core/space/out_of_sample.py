@@ -43,6 +43,14 @@ def out_of_sample_embedding(
         Coordinates; the inside rows are their classical MDS, the others their projection
         (0 on components whose eigenvalue is not positive).
     """
+    return out_of_sample_fit(distance, inside, n_components)[0]
+
+
+def out_of_sample_fit(
+    distance: np.ndarray, inside: np.ndarray, n_components: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`out_of_sample_embedding` and the eigenvalues of the inside models' MDS (what
+    :func:`place_out_of_sample` needs to place more models later)."""
     inside = np.asarray(inside, dtype=bool)
     if inside.sum() < 2:
         raise ValueError("out-of-sample MDS needs at least two models inside the fit")
@@ -52,7 +60,7 @@ def out_of_sample_embedding(
     coordinates, eigenvalues = classical_mds(np.sqrt(within), n_components)
     embedding = place_out_of_sample(squared[:, inside], within, coordinates, eigenvalues)
     embedding[inside] = coordinates
-    return embedding
+    return embedding, eigenvalues
 
 
 def place_out_of_sample(
