@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from pkps_core.space.knn import cell_matrix, choose_bandwidth, knn_grid_predictions
-from pkps_core.space.out_of_sample import out_of_sample_embedding
+from pkps_core.space.out_of_sample import out_of_sample_fit
 from pkps_core.space.prepare import PreparedCache
 
 if TYPE_CHECKING:  # scikit-learn takes ~1 s to import: a placement fits no space
@@ -370,7 +370,19 @@ class PredictionContext:
         inside = ~np.asarray(self.targets, dtype=bool)
         if inside.sum() < 2:
             return space.embedding_
-        return out_of_sample_embedding(space.distance_matrix_, inside, space.embedding_.shape[1])
+        return self.out_of_sample_fit(space)[0]
+
+    def out_of_sample_fit(self, space: PerspectiveSpace) -> tuple[np.ndarray, np.ndarray]:
+        """The references' MDS in ``space`` with every target placed out of sample, and its
+        eigenvalues (:func:`~pkps_core.space.out_of_sample.out_of_sample_fit`); made once
+        per space object (the members and the intervals read the same space many times)."""
+        key = ("out-of-sample fit", id(space))
+        kept = self.cache.get(key)
+        if kept is None or kept[0] is not space:
+            inside = ~np.asarray(self.targets, dtype=bool)
+            fit = out_of_sample_fit(space.distance_matrix_, inside, space.embedding_.shape[1])
+            kept = self.cache[key] = (space, fit)
+        return kept[1]
 
     def knn(self, space: PerspectiveSpace) -> np.ndarray:
         """Per-task KNN of every cell from the allowed references in ``space`` (by

@@ -18,7 +18,7 @@ from pkps_core.predictor.direct_pairs import direct_pair_sums
 from pkps_core.predictor.shadow_sums import shadow_pair_sums
 from pkps_core.space import kernels
 from pkps_core.space.increments import increment_sums
-from pkps_core.space.out_of_sample import out_of_sample_fit, place_out_of_sample
+from pkps_core.space.out_of_sample import place_out_of_sample
 
 
 @dataclass
@@ -57,9 +57,7 @@ def placed_coordinates(context: PredictionContext, space) -> tuple:
     inside = inside_of(context)
     if inside is None:
         return space.embedding_, space.eigenvalues_, None
-    embedding, eigenvalues = out_of_sample_fit(
-        space.distance_matrix_, inside, space.embedding_.shape[1]
-    )
+    embedding, eigenvalues = context.out_of_sample_fit(space)  # as the members read it
     return embedding, eigenvalues, inside
 
 
