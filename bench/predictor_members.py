@@ -102,7 +102,9 @@ def one_seed(path: str, budget: int, mode: str, seed: int, placements: list[str]
 
 def tables(long: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per member and path: mean Spearman and cell MAE over seeds; and per member and
-    placement: its Spearman minus the refit path's, seed by seed (mean ± SEM)."""
+    placement: its Spearman minus the refit path's, seed by seed (mean ± SEM). Members
+    that predicted no target cell (the own-score ones, responses-only) are left out."""
+    long = long[long.groupby("member")["cell_mae"].transform("count") > 0]
     paths = [REFIT, *[p for p in dict.fromkeys(long["path"]) if p != REFIT]]
     grouped = long.groupby(["member", "path"])[["spearman", "cell_mae"]].mean()
     means = pd.DataFrame({"member": sorted(long["member"].unique())})

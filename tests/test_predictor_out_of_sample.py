@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pkps_core.predictor import ReferencePredictor
-from pkps_core.space.out_of_sample import out_of_sample_embedding
+from pkps_core.space.out_of_sample import out_of_sample_fit
 from pkps_core.synthetic import make_synthetic
 
 
@@ -38,11 +38,14 @@ def test_new_models_and_shadows_are_placed_into_the_references_mds(cache):
     for name in ("pkps", "dkps"):
         space = context.space(name)
         # what the KNN reads for every model, new ones included, is the references' MDS
-        # with everyone else placed by their distances to the references alone
-        expected = out_of_sample_embedding(
-            space.distance_matrix_, inside, space.embedding_.shape[1]
+        # with everyone else placed by their distances to the references that may inform
+        # them (not a shadow's own family, not a new model's)
+        expected, _ = out_of_sample_fit(
+            space.distance_matrix_, inside, space.embedding_.shape[1], context.allowed()
         )
         np.testing.assert_allclose(space.embedding_, expected, atol=1e-8)
+        gower = out_of_sample_fit(space.distance_matrix_, inside, space.embedding_.shape[1])[0]
+        assert not np.allclose(space.embedding_, gower, atol=1e-6)  # the holdout mattered
 
 
 def test_the_references_map_does_not_depend_on_the_shadows(cache):

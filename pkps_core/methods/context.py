@@ -111,8 +111,8 @@ class PredictionContext:
         Whether the KNN of the space methods measures distance in the MDS coordinates
         (Eq. 2, the papers), by D itself (no embedding error; new models placed by their
         distance rows alone), or in the MDS of the references with the targets (shadows
-        included) placed out of sample (:mod:`pkps_core.space.out_of_sample`; the same
-        as "embedding" without targets).
+        included) placed out of sample, each by the references it may be informed by
+        (:mod:`pkps_core.space.out_of_sample`; the same as "embedding" without targets).
     """
 
     records: pd.DataFrame
@@ -373,14 +373,18 @@ class PredictionContext:
         return self.out_of_sample_fit(space)[0]
 
     def out_of_sample_fit(self, space: PerspectiveSpace) -> tuple[np.ndarray, np.ndarray]:
-        """The references' MDS in ``space`` with every target placed out of sample, and its
-        eigenvalues (:func:`~pkps_core.space.out_of_sample.out_of_sample_fit`); made once
-        per space object (the members and the intervals read the same space many times)."""
+        """The references' MDS in ``space`` with every target placed out of sample by the
+        references it may be informed by (:meth:`allowed`: not a shadow's own original and
+        family, which hold its very responses), and the MDS's eigenvalues
+        (:func:`~pkps_core.space.out_of_sample.out_of_sample_fit`); made once per space
+        object (the members and the intervals read the same space many times)."""
         key = ("out-of-sample fit", id(space))
         kept = self.cache.get(key)
         if kept is None or kept[0] is not space:
             inside = ~np.asarray(self.targets, dtype=bool)
-            fit = out_of_sample_fit(space.distance_matrix_, inside, space.embedding_.shape[1])
+            fit = out_of_sample_fit(
+                space.distance_matrix_, inside, space.embedding_.shape[1], self.allowed()
+            )
             kept = self.cache[key] = (space, fit)
         return kept[1]
 

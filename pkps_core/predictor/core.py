@@ -891,6 +891,7 @@ class ReferencePredictor:
         features = placement_features(prepared)  # once for both spaces
         pairs = new_model_pairs(prepared, calibration.spaces, is_new, features)
         linear = None  # each model's sums with itself, the same for linear and cosine
+        allowed = context.allowed() if base.neighbours == "out-of-sample" else None
         for name, sums in calibration.sums.items():
             kernel = calibration.spaces[name].response_kernel
             if kernel in ("linear", "cosine") and linear is None:  # unit rows
@@ -905,6 +906,7 @@ class ReferencePredictor:
                 features,
                 pairs.get(name),
                 linear if kernel in ("linear", "cosine") else None,
+                allowed,
             )
         # the answer-length feature of every fitted model is the calibration's; the new
         # models' from their own rows (trust.responses.length_features)

@@ -18,7 +18,7 @@ from pkps_core.predictor.direct_pairs import direct_pair_sums
 from pkps_core.predictor.shadow_sums import shadow_pair_sums
 from pkps_core.space import kernels
 from pkps_core.space.increments import increment_sums
-from pkps_core.space.out_of_sample import place_out_of_sample
+from pkps_core.space.out_of_sample import place_by_allowed, place_out_of_sample
 
 
 @dataclass
@@ -106,12 +106,15 @@ def place(
     features: np.ndarray,
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
     self_sums: tuple[np.ndarray, np.ndarray] | None = None,
+    allowed: np.ndarray | None = None,
 ) -> PlacedSpace:
     """``fitted`` with the new models' rows: their kernel sums against everyone (Eq. 1,
     only the pairs with their responses; ``pairs`` from :func:`new_model_pairs` where
     computed), D from the stored sums, MDS out of sample. ``features``: from
     :func:`placement_features`; ``self_sums``: :func:`~pkps_core.space.kernels.self_sums`
-    of them with the space's response kernel, where made already."""
+    of them with the space's response kernel, where made already; ``allowed`` (n_models,
+    n_models), where the shadows were placed by the references they allow: the new models
+    are placed the same way (:func:`~pkps_core.space.out_of_sample.place_by_allowed`)."""
     n = len(prepared.models)
     kernel = fitted.response_kernel
     queries = prepared.query_vectors
@@ -149,12 +152,14 @@ def place(
     within = fitted.distance_matrix_[np.ix_(inside, inside)] ** 2
     embedding = np.zeros((n, fitted.embedding_.shape[1]))
     embedding[index] = fitted.embedding_
-    embedding[is_new] = place_out_of_sample(
-        distance[np.ix_(is_new, index[inside])] ** 2,
-        within,
-        fitted.embedding_[inside],
-        fitted.eigenvalues_,
-    )
+    to_inside = distance[np.ix_(is_new, index[inside])] ** 2
+    if fitted.inside_ is not None and allowed is not None:
+        rows = np.asarray(allowed, dtype=bool)[np.ix_(is_new, index[inside])]
+        embedding[is_new] = place_by_allowed(to_inside, within, fitted.embedding_[inside], rows)
+    else:
+        embedding[is_new] = place_out_of_sample(
+            to_inside, within, fitted.embedding_[inside], fitted.eigenvalues_
+        )
     return dataclasses.replace(
         fitted,
         models_=prepared.models,

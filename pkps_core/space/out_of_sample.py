@@ -47,10 +47,15 @@ def out_of_sample_embedding(
 
 
 def out_of_sample_fit(
-    distance: np.ndarray, inside: np.ndarray, n_components: int
+    distance: np.ndarray,
+    inside: np.ndarray,
+    n_components: int,
+    allowed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`out_of_sample_embedding` and the eigenvalues of the inside models' MDS (what
-    :func:`place_out_of_sample` needs to place more models later)."""
+    :func:`place_out_of_sample` needs to place more models later). With ``allowed``
+    (n_models, n_models; ``allowed[i, j]``: model j may inform model i) each outside model
+    is placed by the inside models it allows alone (:func:`place_by_allowed`)."""
     inside = np.asarray(inside, dtype=bool)
     if inside.sum() < 2:
         raise ValueError("out-of-sample MDS needs at least two models inside the fit")
@@ -59,6 +64,12 @@ def out_of_sample_fit(
     within = squared[np.ix_(inside, inside)]
     coordinates, eigenvalues = classical_mds(np.sqrt(within), n_components)
     embedding = place_out_of_sample(squared[:, inside], within, coordinates, eigenvalues)
+    if allowed is not None:
+        outside = np.flatnonzero(~inside)
+        rows = np.asarray(allowed, dtype=bool)[np.ix_(outside, inside)]
+        embedding[outside] = place_by_allowed(
+            squared[np.ix_(outside, inside)], within, coordinates, rows
+        )
     embedding[inside] = coordinates
     return embedding, eigenvalues
 
@@ -95,4 +106,52 @@ def place_out_of_sample(
     positive = eigenvalues > 1e-12 * max(float(eigenvalues.max(initial=0.0)), 1e-300)
     embedding = np.zeros((len(to_inside), coordinates.shape[1]))
     embedding[:, positive] = inner @ coordinates[:, positive] / eigenvalues[positive]
+    return embedding
+
+
+def place_by_allowed(
+    to_inside: np.ndarray,
+    within: np.ndarray,
+    coordinates: np.ndarray,
+    allowed: np.ndarray,
+) -> np.ndarray:
+    """Place models from their distances to the inside models each may be informed by.
+
+    Gower's rule is the least-squares fit, over the inside models ``i``, of
+    ``x_i · y + c = -1/2 (a_i - r_i + g)`` (``a``: the model's squared distances to the
+    inside models, ``r_i``: inside model ``i``'s mean squared distance to the others,
+    ``g``: their grand mean, ``c`` a free constant that absorbs ``|y|²``): with every
+    inside model in the fit the classical MDS's coordinates are centred with
+    ``XᵀX = Λ``, and the fit is ``y = Λ^{-1} Xᵀ b`` exactly. Here the fit runs over the
+    ``allowed`` inside models alone, so a model is placed only by the models its holdout
+    lets inform it (a shadow is not drawn to its own original and family, which hold
+    its very responses; a new model's family is not in the references either).
+
+    Parameters
+    ----------
+    to_inside : ndarray (n_new, n_inside)
+        Squared distances of the models to place to the inside models.
+    within : ndarray (n_inside, n_inside)
+        Squared distances among the inside models.
+    coordinates : ndarray (n_inside, d)
+        The inside models' classical MDS (0 on components without a positive eigenvalue).
+    allowed : ndarray of bool (n_new, n_inside)
+
+    Returns
+    -------
+    ndarray (n_new, d); the minimum-norm fit where the allowed models do not determine
+    every component (0 on components every allowed model has 0 on).
+    """
+    to_inside = np.atleast_2d(np.asarray(to_inside, dtype=float))
+    allowed = np.atleast_2d(np.asarray(allowed, dtype=bool))
+    target = -0.5 * (to_inside - within.mean(axis=1)[None, :] + within.mean())
+    design = np.hstack([coordinates, np.ones((len(coordinates), 1))])
+    embedding = np.zeros((len(to_inside), coordinates.shape[1]))
+    patterns, group = np.unique(allowed, axis=0, return_inverse=True)
+    for k, pattern in enumerate(patterns):
+        rows = np.flatnonzero(group.ravel() == k)
+        if not pattern.any():
+            continue
+        solution = np.linalg.lstsq(design[pattern], target[np.ix_(rows, pattern)].T, rcond=None)[0]
+        embedding[rows] = solution[:-1].T
     return embedding
