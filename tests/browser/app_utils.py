@@ -310,9 +310,10 @@ def upload(session: Session, *files: tuple[str, bytes]) -> None:
     wait_for_uploaded(session.page, [name for name, _ in files])
 
 
-def wait_for_uploaded(page, names: list[str]) -> None:
+def wait_for_uploaded(page, names: list[str], settle: bool = True) -> None:
     """Wait until the uploader lists every file (each has its "Remove" button once the
-    server holds it), then until the script run the upload started has finished.
+    server holds it), then (``settle``) until the script run the upload started has
+    finished.
 
     Waiting for the run alone races on a loaded machine: the browser sends the files
     first and reruns the script after, so a wait begun 155 ms after the files were
@@ -323,7 +324,8 @@ def wait_for_uploaded(page, names: list[str]) -> None:
         expect(page.get_by_role("button", name=f"Remove {name}")).to_be_visible(
             timeout=SCRIPT_TIMEOUT_MS
         )
-    wait_for_app(page)
+    if settle:
+        wait_for_app(page)
 
 
 @functools.cache
