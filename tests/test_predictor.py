@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from thin_new_models import thin_new_models
 
 from pkps_core.predict import build_context, predict
 from pkps_core.predictor import PROFILE_BUDGETS, ReferencePredictor, core, profile_of
@@ -17,18 +18,9 @@ NEW = ("m010", "m021")
 
 @pytest.fixture(scope="module")
 def cache():
-    records = make_synthetic(
-        n_models=30, n_tasks=4, budget=24, rho=1.0, random_state=3, family_size=3
-    ).records
-    names = sorted(records["model"].unique())
-    new_models = [names[10], names[21]]
-    references = records[~records["model"].isin(new_models)]
-    thin = (
-        records[records["model"].isin(new_models)]
-        .groupby(["model", "task"])
-        .sample(4, random_state=0)
+    return thin_new_models(
+        [10, 21], 4, 0, n_models=30, n_tasks=4, budget=24, rho=1.0, random_state=3, family_size=3
     )
-    return records, references, thin, new_models
 
 
 @pytest.fixture(scope="module")

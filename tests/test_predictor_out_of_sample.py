@@ -5,24 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from thin_new_models import thin_new_models
 
 from pkps_core.predictor import ReferencePredictor
 from pkps_core.space.out_of_sample import out_of_sample_fit
-from pkps_core.synthetic import make_synthetic
 
 
 @pytest.fixture(scope="module")
 def cache():
-    records = make_synthetic(
-        n_models=24, n_tasks=3, budget=16, rho=0.5, random_state=7, family_size=3
-    ).records
-    names = sorted(records["model"].unique())
-    new_models = [names[4], names[17]]
-    references = records[~records["model"].isin(new_models)]
-    thin = (
-        records[records["model"].isin(new_models)]
-        .groupby(["model", "task"])
-        .sample(2, random_state=1)
+    _, references, thin, new_models = thin_new_models(
+        [4, 17], 2, 1, n_models=24, n_tasks=3, budget=16, rho=0.5, random_state=7, family_size=3
     )
     predictor = ReferencePredictor(budgets=(2, 8), modes=("scored",)).fit(references)
     return predictor, thin, new_models, references
