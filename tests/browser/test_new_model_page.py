@@ -180,3 +180,11 @@ def test_an_upload_is_placed_fast_on_a_fitted_alpaca_eval_store(
     assert _metric(session, "Rank among references").endswith(f"of {n_models}")
     assert 0.0 <= float(_metric(session, "Predicted overall")) <= 1.0
     session.assert_clean()
+    # the map: the references where their MDS puts them, the upload placed among them
+    session.page.get_by_role("tab", name="Where it stands").click()
+    wait_for_scatters(session.page, n_models, count=1)
+    scatter = next(
+        f for f in plotly_figures(session.page) if sum(t["points"] for t in f["traces"]) == n_models
+    )
+    assert [t["points"] for t in scatter["traces"]] == [n_models - 1, 1]
+    screenshot(session.page, "new_model_placed")
