@@ -173,8 +173,11 @@ class ReferencePredictor:
     neighbours : {"out-of-sample", "embedding", "distances"}, default="out-of-sample"
         Where the KNN of the space members measures distance
         (:class:`~pkps_core.methods.PredictionContext`). "out-of-sample": in the MDS of the
-        references alone, every shadow placed out of sample by its distance row, as every
-        new model is placed — the calibration rehearses the new models' own situation,
+        references alone, every shadow placed out of sample by its distances to the
+        references its holdout allows (not its own original and family, which hold its
+        very responses), as every new model is placed
+        (:func:`~pkps_core.space.out_of_sample.place_by_allowed`) — the calibration
+        rehearses the new models' own situation,
         and the references' map does not depend on the shadows (their number, their
         budget). "embedding": the MDS of the references with the shadows (Eq. 2), new
         models placed into it. "distances": by D itself.
