@@ -110,6 +110,20 @@ def seed_spearman(long: pd.DataFrame) -> pd.DataFrame:
     return rho.unstack("method")
 
 
+def cell_mae(part: pd.DataFrame, method: str) -> float:
+    """``method``'s cell MAE over the long rows ``part``: the protocol's ``mae_weight``
+    average of ``abs_err`` where it is known."""
+    own = part[(part["method"] == method) & part["abs_err"].notna()]
+    return float((own["mae_weight"] * own["abs_err"]).sum() / own["mae_weight"].sum())
+
+
+def interval_coverage(part: pd.DataFrame, method: str) -> float:
+    """The share of ``method``'s rows in ``part`` with an interval and a truth whose truth
+    lies in the interval."""
+    own = part[part["method"] == method].dropna(subset=["lower", "upper", "y_true"])
+    return float(((own["lower"] <= own["y_true"]) & (own["y_true"] <= own["upper"])).mean())
+
+
 def paired_comparison(long: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     """Method ``b`` against ``a`` per (mode, budget) on the same seeds and targets: cell
     MAE (the protocol's ``mae_weight`` average over the rows given: a subset of the seeds
@@ -122,18 +136,8 @@ def paired_comparison(long: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     for (mode, budget), part in long.groupby(["mode", "budget"], sort=True):
         mae, rho, coverage = {}, {}, {}
         for method in (a, b):
-            own = part[part["method"] == method]
-            scored = own["abs_err"].notna()
-            mae[method] = float(
-                (own["mae_weight"] * own["abs_err"])[scored].sum()
-                / own.loc[scored, "mae_weight"].sum()
-            )
-            inside = own.dropna(subset=["lower", "upper", "y_true"])
-            coverage[method] = float(
-                (
-                    (inside["lower"] <= inside["y_true"]) & (inside["y_true"] <= inside["upper"])
-                ).mean()
-            )
+            mae[method] = cell_mae(part, method)
+            coverage[method] = interval_coverage(part, method)
             rho[method] = spearman.loc[(mode, budget), method]
         difference = (rho[b] - rho[a]).dropna()
         sem = difference.std(ddof=1) / np.sqrt(len(difference)) if len(difference) > 1 else np.nan

@@ -123,7 +123,7 @@ def draws_table(long: pd.DataFrame) -> pd.DataFrame:
     """Per (mode, m), every draw side by side: each draw's placed − refit Spearman (mean
     over seeds), the placed ensemble's cell MAE over the refit one's (each averaged over
     the draws), and the range of each method's 90 % coverage over the draws."""
-    from bench.new_model_table import seed_spearman
+    from bench.new_model_table import cell_mae, interval_coverage, seed_spearman
 
     rho = seed_spearman(long)
     draws = [d for d in range(len(rho.columns)) if drawn(PLACED, d) in rho.columns]
@@ -134,23 +134,13 @@ def draws_table(long: pd.DataFrame) -> pd.DataFrame:
         for d in draws:
             difference = rho.loc[index, drawn(PLACED, d)] - rho.loc[index, drawn(REFIT, d)]
             row[f"draw {d + 1}"] = f"{difference.dropna().mean():+.3f}"
-        mae = {m: np.mean([_mae(part, drawn(m, d)) for d in draws]) for m in (REFIT, PLACED)}
+        mae = {m: np.mean([cell_mae(part, drawn(m, d)) for d in draws]) for m in (REFIT, PLACED)}
         row["cell MAE placed / refit"] = f"{mae[PLACED] / mae[REFIT] - 1:+.1%}"
         for m, label in ((REFIT, "refit"), (PLACED, "placed")):
-            covered = [_coverage(part, drawn(m, d)) for d in draws]
+            covered = [interval_coverage(part, drawn(m, d)) for d in draws]
             row[f"coverage {label}"] = f"{min(covered):.2f}–{max(covered):.2f}"
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _mae(part: pd.DataFrame, method: str) -> float:
-    own = part[(part["method"] == method) & part["abs_err"].notna()]
-    return float((own["mae_weight"] * own["abs_err"]).sum() / own["mae_weight"].sum())
-
-
-def _coverage(part: pd.DataFrame, method: str) -> float:
-    own = part[part["method"] == method].dropna(subset=["lower", "upper", "y_true"])
-    return float(((own["lower"] <= own["y_true"]) & (own["y_true"] <= own["upper"])).mean())
 
 
 def main() -> None:

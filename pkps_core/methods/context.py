@@ -365,12 +365,19 @@ class PredictionContext:
         """The models' coordinates in ``space`` the KNN reads: the joint MDS, or (with
         ``neighbours="out-of-sample"`` and targets) the references' MDS with every target
         placed out of sample."""
-        if self.neighbours != "out-of-sample" or self.targets is None or not self.targets.any():
-            return space.embedding_
-        inside = ~np.asarray(self.targets, dtype=bool)
-        if inside.sum() < 2:
+        if self.mds_inside() is None:
             return space.embedding_
         return self.out_of_sample_fit(space)[0]
+
+    def mds_inside(self) -> np.ndarray | None:
+        """The models inside the MDS the KNN reads, the others placed out of sample into
+        it: the non-targets with ``neighbours="out-of-sample"`` (at least two), else None
+        (every model: the joint MDS)."""
+        targets = self.targets
+        if self.neighbours != "out-of-sample" or targets is None or not targets.any():
+            return None
+        inside = ~np.asarray(targets, dtype=bool)
+        return inside if inside.sum() >= 2 else None
 
     def out_of_sample_fit(self, space: PerspectiveSpace) -> tuple[np.ndarray, np.ndarray]:
         """The references' MDS in ``space`` with every target placed out of sample by the
@@ -381,9 +388,8 @@ class PredictionContext:
         key = ("out-of-sample fit", id(space))
         kept = self.cache.get(key)
         if kept is None or kept[0] is not space:
-            inside = ~np.asarray(self.targets, dtype=bool)
             fit = out_of_sample_fit(
-                space.distance_matrix_, inside, space.embedding_.shape[1], self.allowed()
+                space.distance_matrix_, self.mds_inside(), space.embedding_.shape[1], self.allowed()
             )
             kept = self.cache[key] = (space, fit)
         return kept[1]

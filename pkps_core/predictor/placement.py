@@ -39,22 +39,12 @@ class PlacedSpace:
     inside_: np.ndarray | None = None
 
 
-def inside_of(context: PredictionContext) -> np.ndarray | None:
-    """The models inside the MDS the KNN of ``context`` reads: the non-targets with
-    ``neighbours="out-of-sample"`` (at least two), else None (every model, joint MDS)."""
-    targets = context.targets
-    if context.neighbours != "out-of-sample" or targets is None or not targets.any():
-        return None
-    inside = ~np.asarray(targets, dtype=bool)
-    return inside if inside.sum() >= 2 else None
-
-
 def placed_coordinates(context: PredictionContext, space) -> tuple:
     """The coordinates the KNN of ``context`` reads in the fitted ``space``, the
     eigenvalues of their MDS and the models inside it (None: all): the joint MDS, or with
     ``neighbours="out-of-sample"`` the references' MDS with every shadow placed out of
     sample (:meth:`PredictionContext.coordinates`), which new models then extend."""
-    inside = inside_of(context)
+    inside = context.mds_inside()
     if inside is None:
         return space.embedding_, space.eigenvalues_, None
     embedding, eigenvalues = context.out_of_sample_fit(space)  # as the members read it

@@ -21,7 +21,6 @@ from pkps_core.predictor.core import (
     ReferencePredictor,
     _Calibration,
 )
-from pkps_core.predictor.placement import inside_of
 from pkps_core.records import RecordsError
 from pkps_core.space import kernels
 
@@ -143,7 +142,7 @@ def restore_profile(predictor: ReferencePredictor, key: str) -> _Calibration:
         raise RecordsError("the stored predictor's shadows differ from today's; fit it again")
     context.shared["item_sd"] = arrays[f"{key}/item_sd"]
     spaces, sums = {}, {}
-    inside = inside_of(context)  # as the fit placed its shadows
+    inside = context.mds_inside()  # as the fit placed its shadows
     for name, meta in entry["spaces"].items():
         spaces[name] = PlacedSpace(
             models_=context.models,

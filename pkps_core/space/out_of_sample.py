@@ -63,10 +63,12 @@ def out_of_sample_fit(
     squared = 0.5 * (squared + squared.T)
     within = squared[np.ix_(inside, inside)]
     coordinates, eigenvalues = classical_mds(np.sqrt(within), n_components)
-    embedding = place_out_of_sample(squared[:, inside], within, coordinates, eigenvalues)
-    if allowed is not None:
+    if allowed is None:
+        embedding = place_out_of_sample(squared[:, inside], within, coordinates, eigenvalues)
+    else:
         outside = np.flatnonzero(~inside)
         rows = np.asarray(allowed, dtype=bool)[np.ix_(outside, inside)]
+        embedding = np.zeros((len(squared), coordinates.shape[1]))
         embedding[outside] = place_by_allowed(
             squared[np.ix_(outside, inside)], within, coordinates, rows
         )
