@@ -8,6 +8,7 @@ app.py`` does, so a checkout's tests find both without an install too.
 
 import fcntl
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,14 @@ os.environ.setdefault("PKPS_UMAP_WARMUP", "0")
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files holding a test marked ``slow`` run first, each file's tests in their own
-    order (a stable sort): pytest-xdist's ``--dist loadfile`` hands the files out in this
-    order, so the longest ones start at once and the short ones fill in at the end, instead
-    of one long file started late keeping one worker busy while the other idles."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+    """The files holding the most tests marked ``slow`` run first, each file's tests in their
+    own order (a stable sort): pytest-xdist's ``--dist loadfile --no-loadscope-reorder``
+    (the Makefile's; xdist's default reorders the files by their number of tests) hands the
+    files out in this order, so the longest ones start at once and the short ones fill in
+    at the end, instead of one long file started late keeping one worker busy while the
+    other idles."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 # ---------------------------------------------------------------- stores the tests share
