@@ -87,9 +87,14 @@ def _already_vectors(values: list) -> bool:
 
     "Float" is the dtype the cells stack to (NumPy's promotion of their dtypes), as one
     ``np.vstack`` of them would give; finiteness is checked :data:`_CHUNK_ROWS` cells at
-    a time, so a million 128-d vectors are never copied into one 1 GB block.
+    a time, so a million 128-d vectors are never copied into one 1 GB block. A vector that
+    several rows share (the store gives each distinct text's vector to all its rows) is
+    checked once.
     """
-    if not values or not all(isinstance(v, np.ndarray) for v in values):
+    if not values:
+        return False
+    values = list({id(v): v for v in values}.values())  # each object once
+    if not all(isinstance(v, np.ndarray) for v in values):
         return False
     shapes = {v.shape for v in values}
     if len(shapes) != 1 or len(shape := shapes.pop()) != 1 or shape[0] == 0:
