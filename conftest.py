@@ -26,6 +26,11 @@ if _WORKERS > 1:
 # (perspective_app.shared.start_umap_warmup); in the test processes that is ~25 s of CPU no
 # test needs (the tests that use UMAP pay it).
 os.environ.setdefault("PKPS_UMAP_WARMUP", "0")
+# The one test that runs UMAP (tests/test_views.py) spends its time in numba compiling
+# umap-learn's functions (about 35 s in a fresh venv, whose compile cache is empty), not in
+# running them on its 14 points; LLVM's level 0 compiles them about a quarter faster. The
+# app itself compiles at numba's default level.
+os.environ.setdefault("NUMBA_OPT", "0")
 
 
 def pytest_collection_modifyitems(config, items):
