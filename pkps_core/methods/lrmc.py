@@ -117,33 +117,17 @@ def _solve_spd_3(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 
 def _ridge_sweep(
-    weight: np.ndarray,
-    response: np.ndarray,
-    design: np.ndarray,
-    lam: float,
-    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    weight: np.ndarray, response: np.ndarray, design: np.ndarray, lam: float
 ) -> np.ndarray:
     """Row-wise weighted ridge: for each row n, solve over the columns t of ``response``.
 
     weight, response : (..., n, t); design : (..., t, k). Returns (..., n, k).
-    out : the buffers of the design's outer products (..., t, k·k), the Gram matrices
-        (..., n, k·k) and the right-hand sides (..., n, k) to write into (:func:`_sweeps`
-        calls this 80 times per fit with the same shapes: fresh arrays of these sizes cost
-        their page faults every time); the same values either way.
     """
     k = design.shape[-1]
-    if out is None:
-        outer = (design[..., :, None] * design[..., None, :]).reshape(*design.shape[:-1], k * k)
-        gram = np.matmul(weight, outer).reshape(*response.shape[:-1], k, k)
-        gram = gram + lam * np.eye(k)
-        rhs = np.matmul(response, design)
-        return _solve_spd(gram, rhs)
-    outer, gram, rhs = out
-    np.multiply(design[..., :, None], design[..., None, :], out=outer.reshape(*outer.shape[:-1], k, k))
-    np.matmul(weight, outer, out=gram)
-    gram = gram.reshape(*response.shape[:-1], k, k)
-    gram += lam * np.eye(k)
-    np.matmul(response, design, out=rhs)
+    outer = (design[..., :, None] * design[..., None, :]).reshape(*design.shape[:-1], k * k)
+    gram = np.matmul(weight, outer).reshape(*response.shape[:-1], k, k)
+    gram = gram + lam * np.eye(k)
+    rhs = np.matmul(response, design)
     return _solve_spd(gram, rhs)
 
 
@@ -225,47 +209,19 @@ def _sweeps(
     def interaction() -> np.ndarray:
         return np.matmul(row_factors, np.swapaxes(col_factors, -1, -2))
 
-    # every full-size intermediate in a buffer of its own, reused sweep after sweep (fresh
-    # ones cost their page faults each time: half the sweeps' time), each value computed
-    # by the same operations in the same order as the expressions in the comments
-    shape = (n_problems, n_init, n_rows, n_cols)
-    response, fit, product = np.empty(shape), np.empty(shape), np.empty(shape)
-    k2 = (rank + 1) ** 2
-    row_buffers = (
-        np.empty((n_problems, n_init, n_cols, k2)),
-        np.empty((n_problems, n_init, n_rows, k2)),
-        np.empty((n_problems, n_init, n_rows, rank + 1)),
-    )
-    col_buffers = (
-        np.empty((n_problems, n_init, n_rows, k2)),
-        np.empty((n_problems, n_init, n_cols, k2)),
-        np.empty((n_problems, n_init, n_cols, rank + 1)),
-    )
     for _ in range(n_iter):
         design = np.concatenate([ones_cols, col_factors], -1)
-        # response = weight * (target - mu - col_bias)
-        np.subtract(target, mu[..., None, None], out=response)
-        np.subtract(response, col_bias[..., None, :], out=response)
-        np.multiply(weight, response, out=response)
-        solution = _ridge_sweep(weight, response, design, lam, row_buffers)
+        response = weight * (target - mu[..., None, None] - col_bias[..., None, :])
+        solution = _ridge_sweep(weight, response, design, lam)
         row_bias, row_factors = solution[..., 0], solution[..., 1:]
 
         design = np.concatenate([ones_rows, row_factors], -1)
-        # response = weight * (target - mu - row_bias)
-        np.subtract(target, mu[..., None, None], out=response)
-        np.subtract(response, row_bias[..., :, None], out=response)
-        np.multiply(weight, response, out=response)
-        transposed = np.swapaxes(response, -1, -2)
-        solution = _ridge_sweep(weight_t, transposed, design, lam, col_buffers)
+        response = weight * (target - mu[..., None, None] - row_bias[..., :, None])
+        solution = _ridge_sweep(weight_t, np.swapaxes(response, -1, -2), design, lam)
         col_bias, col_factors = solution[..., 0], solution[..., 1:]
 
-        # fit = row_bias + col_bias + interaction; mu = mean of weight * (target - fit)
-        np.matmul(row_factors, np.swapaxes(col_factors, -1, -2), out=product)
-        np.add(row_bias[..., :, None], col_bias[..., None, :], out=fit)
-        np.add(fit, product, out=fit)
-        np.subtract(target, fit, out=fit)
-        np.multiply(weight, fit, out=fit)
-        mu = fit.sum(axis=(2, 3)) / total
+        fit = row_bias[..., :, None] + col_bias[..., None, :] + interaction()
+        mu = (weight * (target - fit)).sum(axis=(2, 3)) / total
     fit = mu[..., None, None] + row_bias[..., :, None] + col_bias[..., None, :] + interaction()
     return fit.mean(axis=1), (mu[..., None] + col_bias).mean(axis=1)
 
