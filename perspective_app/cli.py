@@ -35,7 +35,6 @@ STREAMLIT_OPTIONS = {
     "server.maxUploadSize": "256",
     "browser.gatherUsageStats": "false",
     "client.toolbarMode": "viewer",
-    "runner.postScriptGC": "false",
     # no "enter your email" question on the first start in a terminal
     "server.showEmailPrompt": "false",
 }
