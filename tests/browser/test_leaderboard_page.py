@@ -9,7 +9,7 @@ import shutil
 import time
 
 import pytest
-from app_utils import wait_for_app
+from app_utils import SCRIPT_TIMEOUT_MS, wait_for_app
 from playwright.sync_api import expect
 
 from pkps_core.cli import main as cli
@@ -25,8 +25,11 @@ def _open_board(session) -> tuple[float, float]:
     started = time.perf_counter()
     link.click()
     main = session.main
-    expect(main.get_by_test_id("stHeading").filter(has_text="Leaderboard")).to_be_visible()
-    expect(main.get_by_test_id("stDataFrame")).to_be_visible()
+    # as long as a script run may take (a loaded machine drew the table after more than
+    # Playwright's default 5 s); the time is printed, not asserted
+    heading = main.get_by_test_id("stHeading").filter(has_text="Leaderboard")
+    expect(heading).to_be_visible(timeout=SCRIPT_TIMEOUT_MS)
+    expect(main.get_by_test_id("stDataFrame")).to_be_visible(timeout=SCRIPT_TIMEOUT_MS)
     shown = time.perf_counter() - started
     wait_for_app(session.page)
     return shown, time.perf_counter() - started
