@@ -339,6 +339,15 @@ VECTOR_CELLS = {
     "a list cell": [*_vectors()[:3], [0.0, 1.0, 2.0]],
     "one cell": _vectors()[:1],
     "no cells": [],
+    # the store gives every row of a text that text's one vector object: checked once
+    "one shared vector": [_vectors()[0]] * 4,
+    "a shared vector with NaN": [np.array([0.0, np.nan, 1.0])] * 4,
+    "shared vectors and one infinite": [
+        *[_vectors()[0]] * 2,
+        np.array([np.inf, 0.0, 1.0]),
+        _vectors()[0],
+    ],
+    "a shared float32 among float64": [np.zeros(3, dtype=np.float32)] * 2 + _vectors()[:2],
 }
 
 
