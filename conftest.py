@@ -27,9 +27,9 @@ if _WORKERS > 1:
 # test needs (the tests that use UMAP pay it).
 os.environ.setdefault("PKPS_UMAP_WARMUP", "0")
 # The one test that runs UMAP (tests/test_views.py) spends its time in numba compiling
-# umap-learn's functions (about 35 s in a fresh venv, whose compile cache is empty), not in
-# running them on its 14 points; LLVM's level 0 compiles them about a quarter faster. The
-# app itself compiles at numba's default level.
+# umap-learn's functions (its compile cache is empty in a fresh venv), not in running them
+# on its 14 points; at LLVM's level 0 they compile faster (alone 34 -> 25 s; in fresh CI-like
+# runs 51.6 s before, 44.5 s after). The app itself compiles at numba's default level.
 os.environ.setdefault("NUMBA_OPT", "0")
 
 
