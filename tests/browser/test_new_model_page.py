@@ -53,7 +53,8 @@ def _upload_responses(session, upload) -> tuple[float, float]:
     # the run may still be ahead on a loaded machine: the report's own text is the signal
     expect(session.main.get_by_text(UPLOADED, exact=True)).to_be_visible(timeout=SCRIPT_TIMEOUT_MS)
     predicted = session.main.get_by_test_id("stMetric").filter(has_text="Predicted overall")
-    expect(predicted).to_be_visible()  # the prediction itself, not only the name
+    # the prediction itself, not only the name (as long as a script run may take, as above)
+    expect(predicted).to_be_visible(timeout=SCRIPT_TIMEOUT_MS)
     shown = time.perf_counter()
     wait_for_app(page)
     return shown - started, shown - uploaded
