@@ -1,5 +1,6 @@
 """The paired pass of the RBF response kernel (paired_sums.py) gives the pairwise path's
-sums, for every query kernel of a grid at once, with and without empty cells."""
+sums, for every query kernel of a grid at once, with and without empty cells; on an unpaired
+cache, the grid's one pairwise pass (pairwise.py) gives each kernel's own numbers exactly."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,8 @@ import pytest
 from pkps_core.space import PerspectiveSpace
 from pkps_core.space import paired_sums as ps
 from pkps_core.space.kernels import ResponseLayout
-from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, pairwise_sums
+from pkps_core.space.pairwise import pairwise_grid_sums, pairwise_sums
+from pkps_core.space.sums import DEFAULT_BLOCK_BYTES
 
 
 def _cache(missing: int, seed: int = 0):
@@ -64,3 +66,42 @@ def test_a_fit_on_a_paired_cache_takes_the_paired_pass_and_keeps_its_numbers(mon
     for a, b in zip(paired.kernel_sums_, pairwise.kernel_sums_, strict=True):
         np.testing.assert_allclose(a.numerator, b.numerator, rtol=1e-10)
     assert paired.query_bandwidth_ == pairwise.query_bandwidth_
+
+
+def test_a_grid_in_one_pairwise_pass_gives_each_kernels_own_pass_exactly():
+    layout, features, sqdist = _cache(40)  # 40 of the 210 cells empty: not a grid
+    kernels = [None, np.exp(-sqdist / 2), np.exp(-sqdist / 0.2)]
+    for budget in (4000, DEFAULT_BLOCK_BYTES):  # one row at a time, and all rows at once
+        got = pairwise_grid_sums(layout, features, kernels, "rbf", 0.9, budget)
+        assert len(got) == len(kernels)
+        for kernel, (numerator, denominator) in zip(kernels, got, strict=True):
+            expected = pairwise_sums(layout, features, kernel, "rbf", 0.9, budget)
+            assert np.array_equal(numerator, expected[0])
+            assert np.array_equal(denominator, expected[1])
+    # the kernels differ, so a mix-up between them could not pass
+    assert not np.allclose(got[1][0], got[2][0])
+
+
+def test_an_unpaired_fit_sums_its_grid_in_one_pass_with_the_same_numbers(monkeypatch):
+    from pkps_core.space import pairwise
+    from pkps_core.synthetic import make_synthetic
+
+    cache = make_synthetic(n_models=12, n_tasks=3, budget=4, rho=0.0, random_state=2).records
+    settings = dict(response_kernel="rbf", n_components=3)
+    calls = []
+    one_pass = pairwise.pairwise_grid_sums
+
+    def spy(layout, features, kernels, *args):
+        calls.append(len(kernels))
+        return one_pass(layout, features, kernels, *args)
+
+    monkeypatch.setattr(ps, "pairwise_grid_sums", spy)
+    together = PerspectiveSpace(**settings).fit(cache)
+    assert calls == [len(together.bandwidth_grid_)] and calls[0] > 2
+    monkeypatch.setattr(ps, "PAIRED_KERNELS_MAX_BYTES", 0)  # one pass per bandwidth
+    apart = PerspectiveSpace(**settings).fit(cache)
+    assert calls == [len(together.bandwidth_grid_)]
+    for a, b in zip(together.kernel_sums_, apart.kernel_sums_, strict=True):
+        assert np.array_equal(a.numerator, b.numerator)
+        assert np.array_equal(a.denominator, b.denominator)
+    assert np.array_equal(together.distance_matrix_, apart.distance_matrix_)

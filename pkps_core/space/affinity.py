@@ -62,13 +62,9 @@ import numpy as np
 
 from pkps_core.space import kernels, paired_sums, response_nystrom
 from pkps_core.space.increments import increment_sums
+from pkps_core.space.pairwise import pairwise_sums
 from pkps_core.space.runtime import WorkerPool, single_threaded_blas
-from pkps_core.space.sums import (
-    DEFAULT_BLOCK_BYTES,
-    FactorizedSums,
-    pairwise_sums,
-    project_models,
-)
+from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, FactorizedSums, project_models
 
 AFFINITY_PATHS = ("auto", "exact", "sparse", "nystrom")
 SPARSE_THRESHOLD = 1e-16  # query-kernel entries below this are dropped on the sparse path

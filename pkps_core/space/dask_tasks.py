@@ -12,7 +12,7 @@ the indicator for delta), the transfer of the block's models and its contraction
 :func:`pairwise_tile` (RBF response kernel) computes the response kernel of a pair of
 blocks once for all query kernels; :func:`project` and :func:`inner_tile` are the Nyström
 factors' sums. They call the array functions the local backend calls
-(:func:`~pkps_core.space.sums.transfer_models`, ``scatter_y``, ``pairwise_rows``,
+(:func:`~pkps_core.space.sums.transfer_models`, ``scatter_y``, ``pairwise.pairwise_rows``,
 ``project_models``; :func:`~pkps_core.space.kernels.rbf_from_squared`), so both give one D.
 A task's memory is a small multiple of ``block_bytes``.
 """
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pkps_core.space import kernels
+from pkps_core.space.pairwise import pairwise_rows
 from pkps_core.space.runtime import borrow_buffer
-from pkps_core.space.sums import pairwise_rows, project_models, scatter_y, transfer_models
+from pkps_core.space.sums import project_models, scatter_y, transfer_models
 
 SPARSE_SLAB_DENSITY = 0.1  # truncated kernel slabs this sparse are multiplied as CSR
 MIN_QUERY_SPAN = 64  # queries of a query piece, at least
@@ -200,7 +201,7 @@ def _contract(y, transfer, numerator, denominator) -> None:
 
 def pairwise_tile(row_block, col_block, lo, hi, *, query_vectors, query_kernels, bandwidth, rows):
     """N and Z of the row block's responses [lo, hi) × the column block with the RBF
-    response kernel over every response pair (:func:`~pkps_core.space.sums.pairwise_rows`),
+    response kernel over every response pair (:func:`~pkps_core.space.pairwise.pairwise_rows`),
     for each query kernel: (kernels, row models, column models)."""
     query = row_block.query[lo:hi]
 

@@ -4,7 +4,7 @@ every query bandwidth in one pass.
 When (nearly) every model answered the same queries (AlpacaEval-40: 40 models, 805 queries,
 6 of the 32,200 cells empty), the responses fill an ``M × Q`` grid and every block of the
 query kernel between two models is the same ``Q × Q`` matrix. The pairwise path
-(:func:`~pkps_core.space.sums.pairwise_sums`) gathers that block for every response pair
+(:func:`~pkps_core.space.pairwise.pairwise_sums`) gathers that block for every response pair
 and recomputes the response kernel for every bandwidth; here the response kernel of a block
 of rows is computed once, and each row's sums against every model, for all ``B`` query
 kernels at once, are one small matrix product ``k_R(row, model's responses) @ K_Q[row's
@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from pkps_core.space import kernels
+from pkps_core.space.pairwise import pairwise_grid_sums
 
 # Above this the stacked query kernels (Q × Q × B) are not worth their memory.
 PAIRED_KERNELS_MAX_BYTES = 512 * 2**20
@@ -47,10 +48,12 @@ def fits_in_memory(n_queries: int, n_kernels: int) -> bool:
 
 
 def backend_grid_sums(backend, bandwidths: list[float]):
-    """:func:`paired_sums` of a local backend's cache at ``bandwidths`` (0: delta), or None
-    when the cache is not (nearly) paired or the stacked kernels would not fit."""
+    """:func:`paired_sums` of a local backend's cache at ``bandwidths`` (0: delta); on an
+    unpaired cache :func:`unpaired_grid_sums`; None when the stacked kernels would not fit."""
     grid = response_grid(backend.layout)
-    if grid is None or not fits_in_memory(len(grid[0]), len(bandwidths)):
+    if grid is None:
+        return unpaired_grid_sums(backend, bandwidths)
+    if not fits_in_memory(len(grid[0]), len(bandwidths)):
         return None
     queries, cell = grid
     blocks = [
@@ -71,6 +74,25 @@ def backend_grid_sums(backend, bandwidths: list[float]):
     )
 
 
+def unpaired_grid_sums(backend, bandwidths: list[float]):
+    """The pairwise sums of every bandwidth in one pass over the response pairs of any
+    cache (:func:`~pkps_core.space.pairwise.pairwise_grid_sums`: a block's response kernel
+    computed once for all, each kernel's sums the same numbers as one pass of its own), when
+    the query kernels fit :data:`PAIRED_KERNELS_MAX_BYTES` side by side; else None."""
+    positive = [b for b in bandwidths if b > 0]
+    if len(bandwidths) < 2 or not fits_in_memory(backend.layout.n_queries, len(positive)):
+        return None
+    sq, pool = backend.query_sqdist if positive else None, backend.pool
+    return pairwise_grid_sums(
+        backend.layout,
+        backend.features,
+        [None if b <= 0 else kernels.rbf_from_squared(sq, b, pool=pool) for b in bandwidths],
+        backend.response_kernel,
+        backend.response_bandwidth,
+        backend.block_bytes,
+    )
+
+
 def paired_sums(
     n_models: int,
     n_queries: int,
@@ -82,7 +104,7 @@ def paired_sums(
     block_bytes: int,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """N and Z (not symmetrised) of each query kernel (``Q × Q`` over the grid's queries;
-    ``None``: the delta kernel), as :func:`~pkps_core.space.sums.pairwise_sums` gives them.
+    ``None``: the delta kernel), as :func:`~pkps_core.space.pairwise.pairwise_sums` gives them.
 
     The responses sit in the ``n_models × n_queries`` grid at ``cell`` (model-major); empty
     cells are zero rows with weight 0, so they add nothing.

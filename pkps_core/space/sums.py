@@ -1,4 +1,4 @@
-"""The kernel sums of Eq. (1) over all response pairs: the factorised and pairwise paths.
+"""The kernel sums of Eq. (1) over all response pairs: the factorised path.
 
 The affinity of PKPS Eq. (1),
 
@@ -10,7 +10,7 @@ is a sum over all pairs of responses, i.e. ``A = (S^T (K_Q ⊙ K_R) S) / (S^T K_
 kernel factorises, ``kQ(u, u') <x, x'>``, and :class:`FactorizedSums` computes the sums
 exactly in O(M N p) for M unique queries, N responses and p features instead of the
 O(N^2 p) of a pairwise loop. An RBF response kernel does not factorise and is summed over
-blocks of response pairs (:func:`pairwise_sums`).
+blocks of response pairs (:func:`pkps_core.space.pairwise.pairwise_sums`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pkps_core.space.kernels import (
     ResponseLayout,
     self_sums,
 )
+from pkps_core.space.pairwise import pairwise_sums
 from pkps_core.space.runtime import WorkerPool, borrow_buffer, single_threaded_blas
 
 DEFAULT_BLOCK_BYTES = 1 << 27  # 128 MiB per working block
@@ -171,17 +172,6 @@ def _sparse_transfer(kernel_rows, features, query, owner, out) -> None:
     rows, compact = np.unique(target, return_inverse=True)
     expand = sp.csr_array((data[entry], (compact.ravel(), response)), shape=(rows.size, len(query)))
     out.transpose(0, 2, 1)[rows // span, rows % span] = expand @ features
-
-
-def pairwise_block(
-    query_kernel: np.ndarray, response_kernel: np.ndarray, row_starts, col_starts
-) -> tuple[np.ndarray, np.ndarray]:
-    """N and Z of one block of response pairs: ``Σ kQ kR`` and ``Σ kQ`` per (row model,
-    column model), rows and columns grouped by model from ``row_starts`` / ``col_starts``
-    (positions where a model's responses begin)."""
-    product = np.add.reduceat(query_kernel * response_kernel, col_starts, axis=1)
-    mass = np.add.reduceat(query_kernel, col_starts, axis=1)
-    return np.add.reduceat(product, row_starts, axis=0), np.add.reduceat(mass, row_starts, axis=0)
 
 
 def project_models(factor, features, query, bounds, pool: WorkerPool | None = None):
@@ -334,62 +324,6 @@ class FactorizedSums:
             lower = np.tril_indices(n, -1)
             numerator[lower] = numerator.T[lower]
             return numerator, self._denominator(query_kernel)
-
-
-def pairwise_rows(
-    x_rows, owner, x_cols, col_starts, query_kernels, response_kernel, response_bandwidth, rows
-) -> tuple[np.ndarray, np.ndarray]:
-    """N and Z of response rows (of the models ``owner``, sorted) against response
-    columns (grouped by model from ``col_starts``), ``rows`` rows at a time, for several
-    query kernels: ``query_kernels(chunk)`` gives each one's block for the rows ``chunk``;
-    the response kernel is computed once for all. Shape (kernels, models up to the last
-    of ``owner``, column models)."""
-    sq_cols = np.einsum("ij,ij->i", x_cols, x_cols)
-    sums = None
-    for start in range(0, len(x_rows), rows):
-        chunk = slice(start, min(len(x_rows), start + rows))
-        kr = kernels.response_kernel_block(
-            x_rows[chunk], x_cols, response_kernel, response_bandwidth, sq_cols=sq_cols
-        )
-        models = owner[chunk]
-        starts = np.flatnonzero(np.r_[True, models[1:] != models[:-1]])
-        blocks = query_kernels(chunk)
-        if sums is None:
-            sums = np.zeros((2, len(blocks), owner[-1] + 1, len(col_starts)))
-        for index, kq in enumerate(blocks):
-            num, den = pairwise_block(kq, kr, starts, col_starts)
-            sums[0, index, models[starts]] += num
-            sums[1, index, models[starts]] += den
-    return sums[0], sums[1]
-
-
-def pairwise_sums(
-    layout: ResponseLayout,
-    features: np.ndarray,
-    query_kernel: np.ndarray | None,
-    response_kernel: str,
-    response_bandwidth: float,
-    block_bytes: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Any kernel pair, by blocks of response rows against all responses: O(N^2 p)."""
-    n_resp, query = layout.n_responses, layout.query_idx
-
-    def query_kernels(chunk):
-        if query_kernel is None:
-            return [(query[chunk, None] == query[None, :]).astype(float)]
-        return [query_kernel[query[chunk]][:, query]]
-
-    numerator, denominator = pairwise_rows(
-        features,
-        layout.model_idx,
-        features,
-        layout.model_bounds[:-1],
-        query_kernels,
-        response_kernel,
-        response_bandwidth,
-        int(max(1, min(n_resp, block_bytes // (3 * 8 * max(n_resp, 1))))),
-    )
-    return numerator[0], denominator[0]
 
 
 def kernel_sums(

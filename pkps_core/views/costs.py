@@ -16,7 +16,8 @@ import numpy as np
 
 from pkps_core.space import BANDWIDTH_GRID, paired_sums
 from pkps_core.space.kernels import ResponseLayout
-from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, pairwise_sums
+from pkps_core.space.pairwise import pairwise_sums
+from pkps_core.space.sums import DEFAULT_BLOCK_BYTES
 
 # The response features after PCA (at most 48 components) and the score column.
 MAX_FEATURES = 49

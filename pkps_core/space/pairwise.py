@@ -1,0 +1,99 @@
+"""The pairwise path of the kernel sums of Eq. (1): any response kernel (the RBF, which does
+not factorise), summed over blocks of response pairs in O(N^2 p).
+
+Blocks of response rows go against all responses; a block's response kernel is computed once
+for every query kernel asked for, so a grid of bandwidths costs one pass
+(:func:`pairwise_grid_sums`). The factorised path of a linear or cosine response kernel is
+:mod:`pkps_core.space.sums`; a (nearly) paired cache has its own one-pass sums
+(:mod:`pkps_core.space.paired_sums`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pkps_core.space import kernels
+from pkps_core.space.kernels import ResponseLayout
+
+
+def pairwise_block(
+    query_kernel: np.ndarray, response_kernel: np.ndarray, row_starts, col_starts
+) -> tuple[np.ndarray, np.ndarray]:
+    """N and Z of one block of response pairs: ``Σ kQ kR`` and ``Σ kQ`` per (row model,
+    column model), rows and columns grouped by model from ``row_starts`` / ``col_starts``
+    (positions where a model's responses begin)."""
+    product = np.add.reduceat(query_kernel * response_kernel, col_starts, axis=1)
+    mass = np.add.reduceat(query_kernel, col_starts, axis=1)
+    return np.add.reduceat(product, row_starts, axis=0), np.add.reduceat(mass, row_starts, axis=0)
+
+
+def pairwise_rows(
+    x_rows, owner, x_cols, col_starts, query_kernels, response_kernel, response_bandwidth, rows
+) -> tuple[np.ndarray, np.ndarray]:
+    """N and Z of response rows (of the models ``owner``, sorted) against response
+    columns (grouped by model from ``col_starts``), ``rows`` rows at a time, for several
+    query kernels: ``query_kernels(chunk)`` gives each one's block for the rows ``chunk``;
+    the response kernel is computed once for all. Shape (kernels, models up to the last
+    of ``owner``, column models)."""
+    sq_cols = np.einsum("ij,ij->i", x_cols, x_cols)
+    found: list[np.ndarray] = []  # per kernel, (2, models, column models)
+    for start in range(0, len(x_rows), rows):
+        chunk = slice(start, min(len(x_rows), start + rows))
+        kr = kernels.response_kernel_block(
+            x_rows[chunk], x_cols, response_kernel, response_bandwidth, sq_cols=sq_cols
+        )
+        models = owner[chunk]
+        starts = np.flatnonzero(np.r_[True, models[1:] != models[:-1]])
+        for index, kq in enumerate(query_kernels(chunk)):  # may come one at a time
+            if index == len(found):
+                found.append(np.zeros((2, owner[-1] + 1, len(col_starts))))
+            found[index][:, models[starts]] += pairwise_block(kq, kr, starts, col_starts)
+    sums = np.stack(found, axis=1)
+    return sums[0], sums[1]
+
+
+def pairwise_sums(
+    layout: ResponseLayout,
+    features: np.ndarray,
+    query_kernel: np.ndarray | None,
+    response_kernel: str,
+    response_bandwidth: float,
+    block_bytes: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Any kernel pair, by blocks of response rows against all responses: O(N^2 p)."""
+    return pairwise_grid_sums(
+        layout, features, [query_kernel], response_kernel, response_bandwidth, block_bytes
+    )[0]
+
+
+def pairwise_grid_sums(
+    layout: ResponseLayout,
+    features: np.ndarray,
+    query_kernels: list[np.ndarray | None],
+    response_kernel: str,
+    response_bandwidth: float,
+    block_bytes: int,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`pairwise_sums` of several query kernels (``None``: delta) in one pass, each
+    block's response kernel computed once for all: the same blocks, summed in the same
+    order, so the same numbers as a pass per kernel."""
+    n_resp, query = layout.n_responses, layout.query_idx
+
+    def blocks(chunk):
+        for kernel in query_kernels:
+            if kernel is None:
+                yield (query[chunk, None] == query[None, :]).astype(float)
+            else:
+                yield kernel[query[chunk]][:, query]
+
+    numerator, denominator = pairwise_rows(
+        features,
+        layout.model_idx,
+        features,
+        layout.model_bounds[:-1],
+        blocks,
+        response_kernel,
+        response_bandwidth,
+        int(max(1, min(n_resp, block_bytes // (3 * 8 * max(n_resp, 1))))),
+    )
+    return list(zip(numerator, denominator, strict=True))
