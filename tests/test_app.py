@@ -167,6 +167,35 @@ def test_empty_store_points_to_the_data_page(empty_store):
     assert not _charts(at)
 
 
+def test_a_page_reads_the_store_version_once_per_run_and_never_a_stale_one(
+    empty_store, monkeypatch
+):
+    """The sidebar's version read is the page's for that run (one DuckDB open less per
+    click); the next run reads it again, so a write from another process shows."""
+    reads = []
+    version = Store.version
+
+    def counted(store):
+        reads.append(store.path)
+        return version.fget(store)
+
+    monkeypatch.setattr(Store, "version", property(counted))
+    at = _app()
+    at.switch_page(shared.SPACE_PAGE).run()
+    assert any("holds no responses" in i.value for i in at.info)
+    assert reads == [str(empty_store)], "one version read per run, the sidebar's"
+
+    with Store(empty_store) as other_process:
+        other_process.ingest(_small_cache())
+        written = version.fget(other_process)
+    reads.clear()
+    at.run()
+    assert not _errors(at)
+    assert not any("holds no responses" in i.value for i in at.info), "the new data shows"
+    assert reads == [str(empty_store)]
+    assert f"version {written}" in at.sidebar.caption[0].value
+
+
 def test_a_large_store_is_aggregated_by_family_or_paged(tmp_path, monkeypatch):
     path = tmp_path / "large.duckdb"
     cache = make_synthetic(n_models=90, n_tasks=3, budget=2, rho=0.5, random_state=1)

@@ -10,11 +10,13 @@ import streamlit as st
 from perspective_app.shared.background import start_umap_warmup
 from perspective_app.shared.pages import PAGES
 from perspective_app.shared.store import (
+    RUN_VERSION_KEY,
     STORE_ENV,
     active_path,
     active_store,
     confine,
     is_demo,
+    note_run_version,
     store_folder,
     store_summary,
     switch_store,
@@ -29,6 +31,7 @@ def sidebar() -> None:
     """The active store, its size, and switching to another store file (and, once per
     server, the UMAP warm-up: the sidebar is drawn on every page at app start)."""
     start_umap_warmup()
+    st.session_state.pop(RUN_VERSION_KEY, None)
     path = active_path()
     try:
         store = active_store()
@@ -37,7 +40,9 @@ def sidebar() -> None:
             alert("error", "Cannot open the store; back to the demo store.", f"{path}: {exc}")
         st.session_state["store_path"] = str(demo_path())
         return
-    summary = store_summary(path, store.version)
+    version = store.version
+    summary = store_summary(path, version)
+    note_run_version(path, version)
     with st.sidebar:
         refused = st.session_state.pop("url_store_problem", None)
         if refused:

@@ -130,10 +130,28 @@ def store_summary(path: str, version: int) -> dict[str, int]:
     return open_store(path).summary()
 
 
+# The (path, version) the sidebar read in this script run: the page's ``require_data``
+# takes it instead of opening the store file a second time (a DuckDB instance costs
+# 25-40 ms here, on every click). Popped by both, so it never outlives its run.
+RUN_VERSION_KEY = "_store_version_this_run"
+
+
+def note_run_version(path: str, version: int) -> None:
+    st.session_state[RUN_VERSION_KEY] = (path, version)
+
+
+def run_version(path: str) -> int:
+    """The store's version as read earlier in this script run, or read now."""
+    seen = st.session_state.pop(RUN_VERSION_KEY, None)
+    if seen is not None and seen[0] == path:
+        return seen[1]
+    return active_store().version
+
+
 def require_data() -> tuple[str, int]:
     """The active store's (path, version); stops the page with a pointer if it is empty."""
     path = active_path()
-    summary = store_summary(path, active_store().version)
+    summary = store_summary(path, run_version(path))
     if summary["responses"] == 0:
         st.info("This store holds no responses yet. Upload a cache on the Data page.")
         PAGES["data"].link("Go to Data")

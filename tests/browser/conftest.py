@@ -40,7 +40,11 @@ def new_session(browser) -> Iterator[Callable[[], Session]]:
     contexts = []
 
     def make() -> Session:
-        context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+        # reduced motion: Streamlit and Plotly skip their transitions (the renderer's CPU
+        # time of tests/browser/test_pages.py 24.8 -> 21.2 s, docs/development.md)
+        context = browser.new_context(
+            viewport=VIEWPORT, accept_downloads=True, reduced_motion="reduce"
+        )
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(SCRIPT_TIMEOUT_MS)
