@@ -24,7 +24,10 @@ def run() -> None:
     )
     navigation = shared.navigation()
     shared.sidebar()
-    navigation.run()
+    try:
+        navigation.run()
+    finally:  # the sidebar's version read is this run's only (st.stop and reruns included)
+        shared.forget_run_version()
 
 
 if __name__ == "__main__":  # Streamlit runs its main script as __main__, on every rerun

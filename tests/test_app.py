@@ -19,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import app_test as app_test_module
 
 from perspective_app import shared
+from perspective_app.shared.store import RUN_VERSION_KEY
 from pkps_core.demo import DATA_DIR_ENV, DEMO_SETTINGS, ensure_demo_store
 from pkps_core.predict import OUTPUT_COLUMNS
 from pkps_core.store import Store
@@ -194,6 +195,10 @@ def test_a_page_reads_the_store_version_once_per_run_and_never_a_stale_one(
     assert not any("holds no responses" in i.value for i in at.info), "the new data shows"
     assert reads == [str(empty_store)]
     assert f"version {written}" in at.sidebar.caption[0].value
+    # a page that never asks for it (Data) leaves no version behind for a later run
+    at.switch_page(shared.DATA_PAGE).run()
+    assert not _errors(at)
+    assert RUN_VERSION_KEY not in at.session_state
 
 
 def test_a_large_store_is_aggregated_by_family_or_paged(tmp_path, monkeypatch):

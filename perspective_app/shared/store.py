@@ -132,12 +132,18 @@ def store_summary(path: str, version: int) -> dict[str, int]:
 
 # The (path, version) the sidebar read in this script run: the page's ``require_data``
 # takes it instead of opening the store file a second time (a DuckDB instance costs
-# 25-40 ms here, on every click). Popped by both, so it never outlives its run.
+# 25-40 ms here, on every click). Popped by the page and at the run's end, so it never
+# outlives its run.
 RUN_VERSION_KEY = "_store_version_this_run"
 
 
 def note_run_version(path: str, version: int) -> None:
     st.session_state[RUN_VERSION_KEY] = (path, version)
+
+
+def forget_run_version() -> None:
+    """At the end of every script run (a page that never asks leaves none behind)."""
+    st.session_state.pop(RUN_VERSION_KEY, None)
 
 
 def run_version(path: str) -> int:
