@@ -105,7 +105,8 @@ def main() -> None:
         )
         row["same_cv_choice"] = bool(exact.query_bandwidth_ == space.query_bandwidth_)
         if prepared.layout.n_responses <= 30_000:
-            # the straightforward O(N^2) pairwise sum, itself checked against the oracle
+            # the straightforward O(N^2) pairwise sum, itself checked against Eq. (1) as
+            # written (pkps_core/space/definition.py)
             worst = 0.0
             query_sq = kernels.squared_distances(exact.query_vectors_)
             for sigma, fast in zip(exact.bandwidth_grid_, exact.kernel_sums_, strict=True):

@@ -1,4 +1,5 @@
-"""The fast affinity paths against the oracle, and the math of Eq. (1)."""
+"""The fast affinity paths against Eq. (1) as written (``pkps_core.space.definition``), and the
+math of Eq. (1)."""
 
 import subprocess
 import sys
@@ -9,10 +10,10 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import oracle_affinity
 
 from pkps_core.space import kernels, runtime
 from pkps_core.space import sums as sums_module
+from pkps_core.space.definition import affinity_as_written
 from pkps_core.space.sums import DEFAULT_BLOCK_BYTES, FactorizedSums, kernel_sums
 
 
@@ -50,11 +51,11 @@ KERNEL_PAIRS = [(q, r) for q in ("delta", "rbf") for r in ("linear", "cosine", "
 @pytest.mark.parametrize("self_pairs", ["include", "exclude"])
 @settings(max_examples=25, deadline=None)
 @given(cache=caches())
-def test_fast_paths_equal_oracle(cache, query_kernel, response_kernel, self_pairs):
+def test_fast_paths_equal_eq1_as_written(cache, query_kernel, response_kernel, self_pairs):
     model_idx, query_ids, query_emb, responses = cache
     order, layout = _layout(model_idx, query_ids)
     bandwidth, response_bandwidth = 0.7, 1.3
-    expected, mass = oracle_affinity(
+    expected, mass = affinity_as_written(
         model_idx[order],
         query_emb[order],
         query_ids[order],
@@ -91,7 +92,7 @@ def test_fast_paths_equal_oracle(cache, query_kernel, response_kernel, self_pair
             if self_pairs == "exclude" and not tiny.all():
                 # ... and where the U-statistic would leave most model pairs with D² < 0,
                 # Eq. (1) as written for the whole bandwidth
-                included, _ = oracle_affinity(
+                included, _ = affinity_as_written(
                     model_idx[order],
                     query_emb[order],
                     query_ids[order],

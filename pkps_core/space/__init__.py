@@ -1,5 +1,7 @@
 """The perspective space: the hot path of PKPS, in the order it runs.
 
+Reading order: ``definition`` (Eq. (1) as written, by loops: what every fast path must
+equal) → ``kernels`` → ``sums`` and ``pairwise`` → ``affinity``. The order it runs:
 ``prepare`` (records → arrays, PCA) → ``kernels`` (query/response kernels, A and D) →
 ``sums`` (the kernel sums of Eq. 1: factorised and pairwise) → ``affinity`` (the engine
 that picks exact / sparse / Nyström per bandwidth, with error bounds; ``increments`` for

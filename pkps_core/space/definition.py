@@ -1,13 +1,22 @@
-"""A slow, obviously-correct implementation of PKPS Eq. (1): the test oracle.
+"""PKPS Eq. (1) as written: O(N²) loops, for reading and for testing the fast paths.
 
-Loops over model pairs and over every pair of their responses, exactly as the equation
-is written. Used only to check the fast paths in :mod:`pkps_core.space.sums`.
+    A_ii' = Σ_{j ∈ Q_i} Σ_{l ∈ Q_i'} k_Q(u_j, u_l) k_R(x_ij, x_i'l)
+            / Σ_{j ∈ Q_i} Σ_{l ∈ Q_i'} k_Q(u_j, u_l)
+
+Every model pair, every pair of their responses, one kernel value at a time, exactly as the
+equation is written (the PKPS paper, section 3). This is where to start reading the space:
+then :mod:`~pkps_core.space.kernels` (the same kernels on arrays, and D from A),
+:mod:`~pkps_core.space.sums` and :mod:`~pkps_core.space.pairwise` (the sums of Eq. (1) fast
+and exact), :mod:`~pkps_core.space.affinity` (which path each bandwidth takes). Nothing in
+the package calls it; ``tests/test_kernels.py`` holds every fast path to it.
 """
+
+from __future__ import annotations
 
 import numpy as np
 
 
-def oracle_affinity(
+def affinity_as_written(
     model_idx,
     query_emb,
     query_ids,
@@ -18,6 +27,15 @@ def oracle_affinity(
     response_bandwidth=1.0,
     self_pairs="include",
 ):
+    """A and the denominator sums of Eq. (1) for every model pair, by loops.
+
+    ``model_idx``, ``query_ids``: each response's model and query; ``query_emb``: each
+    response's query vector u_j; ``responses``: the response vectors x_ij. ``query_kernel``
+    ``"delta"`` (DKPS: k_Q(u, u') = [u = u']) or the RBF of ``bandwidth``; ``response_kernel``
+    ``"linear"``, ``"cosine"`` or ``"rbf"`` (of ``response_bandwidth``). ``self_pairs=
+    "exclude"`` leaves out each response's pair with itself (j = l within a model). Returns
+    (A, mass), models in sorted order; A is NaN where the mass is 0.
+    """
     models = sorted(set(model_idx.tolist()))
     n = len(models)
     affinity = np.full((n, n), np.nan)
