@@ -1,10 +1,14 @@
 """The perspective-space estimator: fitted attributes, CV, MDS, input handling."""
 
+import inspect
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from pkps_core.space import PerspectiveSpace, classical_mds, zhu_ghodsi_elbows
+from pkps_core.space.affinity import AffinityEngine
+from pkps_core.space.estimator import PARAMETERS
 from pkps_core.synthetic import make_synthetic
 
 
@@ -127,6 +131,98 @@ def test_bad_parameters_are_explained(cache):
         PerspectiveSpace(query_kernel="gauss").fit(cache.records)
     with pytest.raises(ValueError, match="query_bandwidth must be"):
         PerspectiveSpace(query_bandwidth=-1).fit(cache.records)
+
+
+def test_every_parameter_has_a_check():
+    assert list(inspect.signature(PerspectiveSpace).parameters) == list(PARAMETERS)
+
+
+BAD_VALUES = {
+    "query_kernel": ["gauss", None],
+    "response_kernel": ["poly", 1],
+    "query_bandwidth": [-0.1, "auto", np.nan, True],
+    "bandwidth_grid": [(), (0.1, 0.0), (0.1, -1), "0.1", (np.inf,)],
+    "response_bandwidth": [0, -1.0, "cv", np.nan],
+    "self_pairs": ["both", True],
+    "n_components": [0, 2.5, True, "8"],
+    "cv_neighbors": [0, -3, 1.5],
+    "query_components": [0, "elbow", 2.0],
+    "response_components": [0, "median", 3.5],
+    "normalize_responses": [1, "yes", None],
+    "score_weight": [-0.5, np.inf, "1"],
+    "bandwidth_scale": [0, -2.0, np.inf, "median"],
+    "affinity_method": ["fast", None],
+    "affinity_tol": [0, -1e-3, np.nan],
+    "block_bytes": [0, 1.5e6, None],
+    "random_state": [-1, 1.5, "seed"],
+    "engine": ["ray", None],
+    "client": [8786, 1.5],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [(name, v) for name, values in BAD_VALUES.items() for v in values]
+)
+def test_a_bad_parameter_is_named_before_any_data_is_read(name, value):
+    # fit(None) would fail on the data: the parameter's error comes first
+    with pytest.raises(ValueError, match=f"^{name} must be .*, got "):
+        PerspectiveSpace(**{name: value}).fit(None)
+
+
+def test_every_parameter_has_bad_values_tried_and_numpy_values_pass(cache):
+    assert set(BAD_VALUES) == set(PARAMETERS)
+    space = PerspectiveSpace(
+        query_bandwidth=np.float64(0.5),
+        n_components=np.int64(3),
+        cv_neighbors=np.int32(4),
+        bandwidth_grid=np.array([0.3, 1.0]),
+        normalize_responses=np.bool_(True),
+        random_state=np.int64(2),
+    ).fit(cache.records)
+    assert space.embedding_.shape == (24, 3)
+
+
+def _fitted_state(space: PerspectiveSpace) -> dict:
+    return {k: v for k, v in vars(space).items() if k.endswith("_") and not k.startswith("_")}
+
+
+def test_a_fit_that_fails_leaves_the_earlier_fit_whole(cache, monkeypatch):
+    space = PerspectiveSpace(query_bandwidth="median").fit(cache.records)
+    before = _fitted_state(space)
+    other = make_synthetic(n_models=10, n_tasks=2, budget=2, random_state=5).records
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the cluster went away")
+
+    monkeypatch.setattr(AffinityEngine, "grid_sums", broken)
+    with pytest.raises(RuntimeError, match="went away"):
+        space.fit(other, cv_exclude=["model-0"])
+    after = _fitted_state(space)
+    assert after.keys() == before.keys()
+    assert all(after[k] is before[k] for k in before), "no attribute of the failed fit stays"
+    monkeypatch.undo()
+    # a successful refit replaces every fitted attribute, one another step set included
+    space.target_cv_errors_ = np.zeros(3)
+    space.fit(other)
+    assert not hasattr(space, "target_cv_errors_")
+    assert len(space.models_) == 10
+
+
+def test_an_update_that_fails_leaves_the_fit_whole(cache, monkeypatch):
+    records = cache.records
+    first_models = sorted(records["model"].unique())[:20]
+    space = PerspectiveSpace(query_kernel="delta").fit(records[records["model"].isin(first_models)])
+    before = _fitted_state(space)
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no room for the new pairs")
+
+    monkeypatch.setattr(AffinityEngine, "updated_sums", broken)
+    with pytest.raises(MemoryError):
+        space.update(records[~records["model"].isin(first_models)])
+    after = _fitted_state(space)
+    assert after.keys() == before.keys()
+    assert all(after[k] is before[k] for k in before)
 
 
 def test_zhu_ghodsi_finds_the_gaps():

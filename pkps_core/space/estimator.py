@@ -1,14 +1,18 @@
 """The perspective-space estimator: kernels → D (PKPS Eq. 1) → classical MDS (Eq. 2).
 
 :class:`PerspectiveSpace` follows the scikit-learn estimator shape: ``__init__`` stores
-parameters, ``fit`` validates and does the work, fitted attributes end in ``_``. DKPS is
-the same estimator with ``query_kernel="delta"``.
+parameters, ``fit`` checks them (:data:`PARAMETERS`, before any data is read), then the
+data, and does the work on a copy whose fitted attributes (ending in ``_``) it takes whole.
+DKPS is the same estimator with ``query_kernel="delta"``. The module is over 500 lines: the
+estimator, its parameter table and its fitted-state handling read as one unit (the sums
+and paths it calls live in ``sums``, ``pairwise`` and ``affinity``).
 """
 
 from __future__ import annotations
 
 import copy
-from numbers import Real
+import math
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
@@ -17,7 +21,7 @@ from sklearn.base import BaseEstimator
 
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import kernels
-from pkps_core.space.affinity import AffinityEngine
+from pkps_core.space.affinity import AFFINITY_PATHS, AffinityEngine
 from pkps_core.space.knn import choose_bandwidth, loo_knn_error
 from pkps_core.space.mds import classical_mds
 from pkps_core.space.prepare import PreparedCache, prepare_cache, reduce_dimension
@@ -26,6 +30,73 @@ from pkps_core.space.sums import DEFAULT_BLOCK_BYTES
 BANDWIDTH_GRID, QUERY_KERNELS = kernels.BANDWIDTH_GRID, kernels.QUERY_KERNELS
 ENGINES = ("local", "dask")
 _MEDIAN_SAMPLE = 2000
+
+
+def _number(value, low: float = -math.inf, *, above: bool = False, whole: bool = False) -> bool:
+    """A finite real (an integer with ``whole``; never a bool) at least ``low`` (above it
+    with ``above``)."""
+    kind = Integral if whole else Real
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+        return False
+    return value > low if above else value >= low
+
+
+def _one_of(*options):
+    return lambda value: isinstance(value, str) and value in options
+
+
+# Every parameter of PerspectiveSpace: what it must be, checked before any data is read
+# (fit, update, planned_grid); the checks that need the data are in _check_data.
+PARAMETERS = {
+    "query_kernel": (_one_of(*QUERY_KERNELS), f"one of {QUERY_KERNELS}"),
+    "response_kernel": (
+        _one_of(*kernels.RESPONSE_KERNELS),
+        f"one of {kernels.RESPONSE_KERNELS}",
+    ),
+    "query_bandwidth": (
+        lambda v: _one_of("cv", "median")(v) or _number(v, 0),
+        "'cv', 'median' or a number >= 0",
+    ),
+    "bandwidth_grid": (
+        lambda v: (
+            not isinstance(v, str | bytes)
+            and np.ndim(v) == 1
+            and len(v) > 0
+            and all(_number(c, 0, above=True) for c in v)
+        ),
+        "a non-empty sequence of numbers > 0",
+    ),
+    "response_bandwidth": (
+        lambda v: _one_of("median")(v) or _number(v, 0, above=True),
+        "'median' or a number > 0",
+    ),
+    "self_pairs": (_one_of("include", "exclude"), "'include' or 'exclude'"),
+    "n_components": (lambda v: _number(v, 1, whole=True), "an integer >= 1"),
+    "cv_neighbors": (lambda v: _number(v, 1, whole=True), "an integer >= 1"),
+    "query_components": (
+        lambda v: v is None or _number(v, 1, whole=True),
+        "None or an integer >= 1",
+    ),
+    "response_components": (
+        lambda v: v is None or _one_of("elbow")(v) or _number(v, 1, whole=True),
+        "None, 'elbow' or an integer >= 1",
+    ),
+    "normalize_responses": (lambda v: isinstance(v, bool | np.bool_), "True or False"),
+    "score_weight": (lambda v: _number(v, 0), "a number >= 0"),
+    "bandwidth_scale": (  # NaN: not given, as a DKPS fit's median_query_distance_ is
+        lambda v: v is None or _number(v, 0, above=True) or (isinstance(v, Real) and v != v),
+        "None, NaN or a number > 0",
+    ),
+    "affinity_method": (_one_of(*AFFINITY_PATHS), f"one of {AFFINITY_PATHS}"),
+    "affinity_tol": (lambda v: _number(v, 0, above=True), "a number > 0"),
+    "block_bytes": (lambda v: _number(v, 1, whole=True), "an integer >= 1 (bytes)"),
+    "random_state": (lambda v: v is None or _number(v, 0, whole=True), "None or an integer >= 0"),
+    "engine": (_one_of(*ENGINES), f"one of {ENGINES}"),
+    "client": (
+        lambda v: v is None or isinstance(v, str) or hasattr(v, "submit"),
+        "None, a scheduler address or a distributed.Client",
+    ),
+}
 
 
 class PerspectiveSpace(BaseEstimator):
@@ -67,8 +138,8 @@ class PerspectiveSpace(BaseEstimator):
         If > 0, append ``sqrt(score_weight) * score`` to each response vector so the response
         kernel also compares per-response scores (a linear kernel then adds ``w s s'``).
     bandwidth_scale : float or None, default=None
-        The distance the bandwidth grid and ``"median"`` are multiples of; None = the
-        median pairwise query distance of this cache. Fix it to compare fits of different
+        The distance the bandwidth grid and ``"median"`` are multiples of; None (or NaN) =
+        the median pairwise query distance of this cache. Fix it to compare fits of different
         caches (and :meth:`update` keeps the first fit's value).
     affinity_method : {"auto", "exact", "sparse", "nystrom"}, default="auto"
         How the kernel sums are computed (see :mod:`pkps_core.space.affinity`): ``"auto"``
@@ -114,6 +185,9 @@ class PerspectiveSpace(BaseEstimator):
     affinity_reports_ : list of SumsReport, the path (exact / sparse / nystrom), its error
         (``error_kind``: exact, bound or measured) and rank per bandwidth
     affinity_path_, affinity_error_ : the chosen bandwidth's path and error
+    target_cv_errors_ : ndarray, set only on a fit whose bandwidth a prediction context
+        chose for its targets' budget (:class:`~pkps_core.methods.context.PredictionContext`):
+        the shadows' KNN MAE per bandwidth of ``bandwidth_grid_``, in place of ``cv_errors_``
 
     References
     ----------
@@ -164,25 +238,15 @@ class PerspectiveSpace(BaseEstimator):
         self.engine = engine
         self.client = client
 
-    def _check_params(self, prepared: PreparedCache) -> None:
-        if self.query_kernel not in QUERY_KERNELS:
-            raise ValueError(
-                f"query_kernel must be one of {QUERY_KERNELS}, got {self.query_kernel!r}"
-            )
-        if self.response_kernel not in kernels.RESPONSE_KERNELS:
-            raise ValueError(
-                f"response_kernel must be one of {kernels.RESPONSE_KERNELS}, "
-                f"got {self.response_kernel!r}"
-            )
-        bw = self.query_bandwidth
-        if not (bw in ("cv", "median") or (isinstance(bw, Real) and bw >= 0)):
-            raise ValueError(f"query_bandwidth must be 'cv', 'median' or a number >= 0, got {bw!r}")
-        if self.self_pairs not in ("include", "exclude"):
-            raise ValueError(f"self_pairs must be 'include' or 'exclude', got {self.self_pairs!r}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
-        if int(self.n_components) < 1:
-            raise ValueError("n_components must be >= 1")
+    def _validate_params(self) -> None:
+        """Every parameter against :data:`PARAMETERS`, before any data is read."""
+        for name, (valid, what) in PARAMETERS.items():
+            value = getattr(self, name)
+            if not valid(value):
+                raise ValueError(f"{name} must be {what}, got {value!r}")
+
+    def _check_data(self, prepared: PreparedCache) -> None:
+        """What the parameters ask of this cache."""
         if self.query_kernel == "rbf" and prepared.query_vectors is None and prepared.query_gap:
             raise ValueError(
                 f"the RBF query kernel needs query text for every query; {prepared.query_gap}"
@@ -196,6 +260,16 @@ class PerspectiveSpace(BaseEstimator):
             )
         if len(prepared.models) < 2:
             raise ValueError("a perspective space needs at least two models")
+
+    def _take_fit(self, work: PerspectiveSpace) -> None:
+        """Replace this estimator's fitted attributes by ``work``'s, all at once: a fit or
+        update that fails leaves the earlier fit whole (and an attribute another step set
+        on the earlier fit, such as ``target_cv_errors_``, does not outlive it)."""
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, name)
+        self.__dict__.update(
+            {k: v for k, v in vars(work).items() if k.endswith("_") and not k.startswith("_")}
+        )
 
     def fit(self, records: pd.DataFrame | PreparedCache, y=None, *, embedder=None, cv_exclude=None):
         """Fit the space on a cache.
@@ -218,11 +292,20 @@ class PerspectiveSpace(BaseEstimator):
         -------
         self
         """
+        self._validate_params()
+        work = copy.copy(self)  # the fit is made on a copy and taken whole (_take_fit)
+        for name in [k for k in vars(work) if k.endswith("_") and not k.startswith("_")]:
+            delattr(work, name)
+        work._fit(records, embedder, cv_exclude)
+        self._take_fit(work)
+        return self
+
+    def _fit(self, records, embedder, cv_exclude) -> None:
         self.cv_exclude_ = np.asarray([] if cv_exclude is None else cv_exclude, dtype=str)
         prepared = (
             records if isinstance(records, PreparedCache) else prepare_cache(records, embedder)
         )
-        self._check_params(prepared)
+        self._check_data(prepared)
         features = self._response_features(prepared)
         queries = None
         if self.query_kernel == "rbf":
@@ -248,7 +331,6 @@ class PerspectiveSpace(BaseEstimator):
         self.features_ = features
         self.query_vectors_ = queries
         self._finish(prepared, grid, sums)
-        return self
 
     def select_bandwidth(self, bandwidth: float) -> PerspectiveSpace:
         """A copy of this fit at another bandwidth of its grid, without recomputing sums.
@@ -307,6 +389,14 @@ class PerspectiveSpace(BaseEstimator):
         -------
         self
         """
+        self._validate_params()
+        work = copy.copy(self)  # updated on a copy and taken whole (_take_fit)
+        work.__dict__.pop("target_cv_errors_", None)  # chosen for the fit before the update
+        work._update(records)
+        self._take_fit(work)
+        return self
+
+    def _update(self, records: pd.DataFrame) -> None:
         added = self._added_records(records)
         old = self.prepared_.frame
         keys = ["model", "task", "query_id"]
@@ -326,7 +416,6 @@ class PerspectiveSpace(BaseEstimator):
         self.features_ = features
         self.query_vectors_ = queries
         self._finish(prepared, list(self.bandwidth_grid_), sums)
-        return self
 
     def _added_records(self, records: pd.DataFrame) -> pd.DataFrame:
         """The validated records of an :meth:`update`; an error when they cannot be added."""
@@ -437,7 +526,8 @@ class PerspectiveSpace(BaseEstimator):
         features the response kernel reads, and the query bandwidths it tries (its
         ``bandwidth_grid_``). Lets a caller start kernel sums of its own before (or while)
         the fit runs."""
-        self._check_params(prepared)
+        self._validate_params()
+        self._check_data(prepared)
         queries = None
         if self.query_kernel == "rbf":
             queries = reduce_dimension(
@@ -451,7 +541,7 @@ class PerspectiveSpace(BaseEstimator):
     def _median_query_distance(self, queries: np.ndarray | None) -> float:
         if self.query_kernel != "rbf":
             return np.nan
-        if self.bandwidth_scale is not None:
+        if self.bandwidth_scale is not None and not np.isnan(self.bandwidth_scale):
             return float(self.bandwidth_scale)
         return self._median_distance(queries)
 
