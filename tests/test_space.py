@@ -5,6 +5,7 @@ import inspect
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import clone
 
 from pkps_core.space import PerspectiveSpace, classical_mds, zhu_ghodsi_elbows
 from pkps_core.space.affinity import AffinityEngine
@@ -279,3 +280,26 @@ def test_the_planned_grid_is_what_a_fit_tries(params):
     fitted = PerspectiveSpace(**params).fit(prepared)
     np.testing.assert_array_equal(grid, fitted.bandwidth_grid_)
     np.testing.assert_array_equal(features, fitted.features_)
+
+
+class _LiveClient:
+    """Stands in for a distributed.Client: it submits, and it cannot be deep-copied."""
+
+    def submit(self, *args, **kwargs):
+        raise AssertionError("not used here")
+
+    def __deepcopy__(self, memo):
+        raise TypeError("cannot pickle '_asyncio.Task' object")
+
+
+def test_clone_shares_a_live_client_and_copies_the_rest():
+    client = _LiveClient()
+    grid = [0.3, 1.0]
+    space = PerspectiveSpace(engine="dask", client=client, bandwidth_grid=grid, n_components=3)
+    copied = clone(space)
+    assert copied.client is client
+    assert copied.get_params()["bandwidth_grid"] == grid
+    assert copied.bandwidth_grid is not grid, "the other parameters are copied"
+    assert {k: v for k, v in copied.get_params().items() if k != "client"} == {
+        k: v for k, v in space.get_params().items() if k != "client"
+    }

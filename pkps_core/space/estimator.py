@@ -17,7 +17,7 @@ from numbers import Integral, Real
 import numpy as np
 import pandas as pd
 from scipy.spatial.distance import pdist
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import kernels
@@ -161,6 +161,7 @@ class PerspectiveSpace(BaseEstimator):
     client : distributed.Client, str or None, default=None
         The cluster of ``engine="dask"``: a client, a scheduler address
         (``tcp://host:8786``), or None for ``$PKPS_DASK_SCHEDULER`` / the default client.
+        ``sklearn.base.clone`` shares a client between the copies.
 
     Attributes
     ----------
@@ -237,6 +238,14 @@ class PerspectiveSpace(BaseEstimator):
         self.random_state = random_state
         self.engine = engine
         self.client = client
+
+    def __sklearn_clone__(self) -> PerspectiveSpace:
+        """scikit-learn's ``clone``, except that a live ``client`` is shared, not deep-copied
+        (a ``distributed.Client`` holds sockets and tasks: deep-copying it fails)."""
+        params = self.get_params(deep=False)
+        return type(self)(
+            **{k: v if k == "client" else clone(v, safe=False) for k, v in params.items()}
+        )
 
     def _validate_params(self) -> None:
         """Every parameter against :data:`PARAMETERS`, before any data is read."""
