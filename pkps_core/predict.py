@@ -8,13 +8,16 @@ lays them out as one row per (model, task, method).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from pkps_core.methods import HOLDOUTS, METHODS, MethodResult, PredictionContext
 from pkps_core.methods.context import NEIGHBOURS
+from pkps_core.methods.length import length_scores
 from pkps_core.methods.shadows import SHADOW_REPEATS, shadow_records, with_shadows_added
+from pkps_core.methods.stacking import ensemble_weights
 from pkps_core.records import RecordsError, validate_records
 from pkps_core.space import prepare_cache
 from pkps_core.space.kernels import BANDWIDTH_GRID
@@ -26,6 +29,7 @@ __all__ = [
     "OUTPUT_COLUMNS",
     "MethodResult",
     "PredictionContext",
+    "TargetRun",
     "build_context",
     "mean_absolute_error",
     "predict",
@@ -271,3 +275,71 @@ def mean_absolute_error(predictions: pd.DataFrame, truth: pd.DataFrame | None = 
         target = "true_score"
     frame = frame.dropna(subset=["prediction", target])
     return (frame["prediction"] - frame[target]).abs().groupby(frame["method"]).mean()
+
+
+@dataclass(frozen=True)
+class TargetRun:
+    """What a run with targets gives the views beyond its predictions, computed here so
+    that a view only shapes it (the New model report: :mod:`pkps_core.views.new_model`).
+
+    Attributes
+    ----------
+    predictions : DataFrame
+        The run's rows (:data:`OUTPUT_COLUMNS`).
+    records : DataFrame
+        The run's records (the tasks' query counts come from them).
+    models, families : ndarray of str
+        Every model of the run, shadows included, in the space's order.
+    tasks : ndarray of str
+    targets, shadows : ndarray of bool, per model
+    cells : DataFrame
+        The per-cell table (:func:`pkps_core.records.cell_table`: ``reference`` per
+        (model, task)).
+    responses : DataFrame
+        The prepared responses (``query``, ``response`` texts where the cache has them).
+    distances, coordinates : ndarray
+        The PKPS space of the run: D (Eq. 1) and the MDS coordinates (Eq. 2), per model.
+    weights : DataFrame
+        The ensemble's stacking weights of the final fit (one row per pattern of the
+        members that apply), :func:`pkps_core.methods.stacking.ensemble_weights`.
+    length_scores : ndarray
+        Per model, how many SDs longer it answers than the references on the same queries
+        (:func:`pkps_core.methods.length.length_scores`; NaN without texts).
+    """
+
+    predictions: pd.DataFrame
+    records: pd.DataFrame
+    models: np.ndarray
+    families: np.ndarray
+    tasks: np.ndarray
+    targets: np.ndarray
+    shadows: np.ndarray
+    cells: pd.DataFrame
+    responses: pd.DataFrame
+    distances: np.ndarray
+    coordinates: np.ndarray
+    weights: pd.DataFrame
+    length_scores: np.ndarray
+
+    @classmethod
+    def of(cls, context: PredictionContext, predictions: pd.DataFrame) -> TargetRun:
+        """The run of ``context`` whose rows are ``predictions``."""
+        weights = ensemble_weights(context)
+        if "fold" in weights.columns:
+            weights = weights[weights["fold"] == -1].drop(columns="fold")
+        space = context.pkps
+        return cls(
+            predictions=predictions,
+            records=context.records,
+            models=context.models,
+            families=context.families,
+            tasks=context.tasks,
+            targets=np.asarray(context.targets, dtype=bool),
+            shadows=np.asarray(context.shadows, dtype=bool),
+            cells=context.prepared.cells,
+            responses=context.prepared.frame,
+            distances=space.distance_matrix_,
+            coordinates=space.embedding_,
+            weights=weights.reset_index(drop=True),
+            length_scores=length_scores(context),
+        )

@@ -141,6 +141,15 @@ def test_methods_never_import_predict_or_trust():
             assert not bad, f"{module} imports {bad}"
 
 
+def test_views_shape_what_predict_returns_and_never_call_methods():
+    """A view lays out what :mod:`pkps_core.predict` and the predictor return (the New
+    model report takes a ``TargetRun``); the methods are the library's."""
+    for module, targets in _graph().items():
+        if module.split(".")[1:2] in (["views"], ["report"]):
+            bad = {t for t in targets if t.startswith("pkps_core.methods")}
+            assert not bad, f"{module} imports {bad}"
+
+
 def _imported_tops(path: Path) -> set[str]:
     """The top-level packages ``path`` imports anywhere (absolute imports)."""
     found = set()

@@ -18,9 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri  # the normal quantile; scipy.stats takes 0.5 s to import
 
-from pkps_core.methods.length import length_scores
-from pkps_core.methods.stacking import ensemble_weights
-from pkps_core.predict import build_context, predict
+from pkps_core.predict import TargetRun, build_context, predict
 from pkps_core.records import RecordsError
 from pkps_core.trust import next_cells, reason_words, task_query_counts
 from pkps_core.views.space import nearest_neighbours, similar_query_responses
@@ -249,13 +247,12 @@ def new_model_report(
     if model not in set(records["model"].astype(str)):
         raise RecordsError(f"unknown model {model!r}; it is not in the records")
     context = build_context(records, holdout=holdout, targets=[model], space_params=space_params)
-    predictions = predict(context, [METHOD], intervals=level)
-    return _assemble(context, predictions, model, holdout, level, n_neighbours, started)
+    run = TargetRun.of(context, predict(context, [METHOD], intervals=level))
+    return _assemble(run, model, holdout, level, n_neighbours, started)
 
 
 def _assemble(
-    context,
-    predictions: pd.DataFrame,
+    run: TargetRun,
     model: str,
     holdout: str,
     level: float,
@@ -263,9 +260,10 @@ def _assemble(
     started: float,
     hide: str | None = None,
 ) -> NewModelReport:
-    """The report's parts from a run's context and predictions (``hide``: a reference of
-    the run the model itself is, never shown as its neighbour or competitor)."""
-    queries = task_query_counts(context.records)
+    """The report's parts from a run (``hide``: a reference of the run the model itself
+    is, never shown as its neighbour or competitor)."""
+    predictions = run.predictions
+    queries = task_query_counts(run.records)
     own = predictions[predictions["model"] == model].join(queries, on="task")
     tasks = own.loc[:, list(TASK_COLUMNS)].reset_index(drop=True)
     weights = tasks["task_queries"]
@@ -278,9 +276,9 @@ def _assemble(
     overall |= independent_interval(tasks, level)
     overall["tasks_predicted"] = int(tasks["prediction"].notna().sum())
     overall["tasks"] = len(tasks)
-    overall |= _length_summary(context, model)
+    overall |= _length_summary(run, model)
 
-    standings = _reference_standings(context, predictions, queries, model)
+    standings = _reference_standings(run, queries, model)
     if hide is not None and hide != model:
         standings = standings[standings["model"] != hide]
     scores = standings.loc[standings["role"] == "reference", "overall"].to_numpy()
@@ -289,30 +287,29 @@ def _assemble(
         overall["prediction"], overall["lower_independent"], overall["upper_independent"], scores
     )
     rank |= {"best_independent": independent["best"], "worst_independent": independent["worst"]}
-    row = {"model": model, "family": context.families[list(context.models).index(model)]}
+    row = {"model": model, "family": run.families[list(run.models).index(model)]}
     row |= {"overall": overall["prediction"], "filled_tasks": 0, "role": "new model"}
     standings = pd.concat([standings, pd.DataFrame([row])], ignore_index=True)
     standings = standings.sort_values(["overall", "role"], ascending=[False, True], kind="stable")
     standings.insert(0, "rank", np.arange(1, len(standings) + 1))
 
-    real = ~context.shadows & (context.models != hide if hide != model else True)
-    models = context.models[real]
-    space = context.pkps
-    distance = space.distance_matrix_[np.ix_(real, real)]
+    real = ~run.shadows & (run.models != hide if hide != model else True)
+    models = run.models[real]
+    distance = run.distances[np.ix_(real, real)]
     near = nearest_neighbours(distance, models, [model], k=n_neighbours)
-    family = dict(zip(context.models, context.families, strict=True))
+    family = dict(zip(run.models, run.families, strict=True))
     by_model = standings.set_index("model")["overall"]
     near = near.drop(columns="model").assign(
         family=lambda f: f["neighbour"].map(family), overall=lambda f: f["neighbour"].map(by_model)
     )[["rank", "neighbour", "family", "distance", "overall"]]
     responses = similar_query_responses(
-        context.prepared.frame, model, near["neighbour"].head(3).tolist(), n=2
+        run.responses, model, near["neighbour"].head(3).tolist(), n=2
     )
-    coordinates = space.embedding_[real]
+    coordinates = run.coordinates[real]
     scatter = pd.DataFrame(
         {
             "model": models,
-            "family": context.families[real],
+            "family": run.families[real],
             "x": coordinates[:, 0],
             "y": coordinates[:, 1] if coordinates.shape[1] > 1 else 0.0,
         }
@@ -335,9 +332,6 @@ def _assemble(
         ["rank", "task", "n_responses", "task_queries", "prediction", "lower", "upper", "width"]
         + ["expected_gain"]
     ].reset_index(drop=True)
-    stack = ensemble_weights(context)
-    if "fold" in stack.columns:
-        stack = stack[stack["fold"] == -1].drop(columns="fold")
     return NewModelReport(
         model=model,
         method=METHOD,
@@ -352,7 +346,7 @@ def _assemble(
         scatter=scatter,
         warnings=warnings,
         next_cells=ranking,
-        weights=stack.reset_index(drop=True),
+        weights=run.weights,
         elapsed=time.perf_counter() - started,
     )
 
@@ -387,27 +381,28 @@ def length_sentence(overall: dict) -> str:
     )
 
 
-def _length_summary(context, model: str) -> dict:
-    """The model's length score (:func:`~pkps_core.methods.length.length_scores`: how many
-    SDs longer it answers than the references on the same queries) and the references'
-    range of it (``length_score``, ``length_low``, ``length_high``; NaN without texts)."""
-    z = length_scores(context)
-    real = ~context.shadows
-    references = real & ~np.asarray(context.targets, dtype=bool) & np.isfinite(z)
-    own = z[np.flatnonzero(context.models == model)[0]]
+def _length_summary(run: TargetRun, model: str) -> dict:
+    """The model's length score (how many SDs longer it answers than the references on
+    the same queries: :attr:`~pkps_core.predict.TargetRun.length_scores`) and the
+    references' range of it (``length_score``, ``length_low``, ``length_high``; NaN without
+    texts)."""
+    z = run.length_scores
+    references = ~run.shadows & ~run.targets & np.isfinite(z)
+    own = z[np.flatnonzero(run.models == model)[0]]
     if not references.any():
         return {"length_score": own, "length_low": np.nan, "length_high": np.nan}
     low, high = float(z[references].min()), float(z[references].max())
     return {"length_score": float(own), "length_low": low, "length_high": high}
 
 
-def _reference_standings(context, predictions, queries, model) -> pd.DataFrame:
+def _reference_standings(run: TargetRun, queries, model) -> pd.DataFrame:
     """Each reference's query-weighted overall: its references per task, its prediction
     where a task has none (counted in ``filled_tasks``)."""
-    cells = context.prepared.cells[["model", "task", "reference"]]  # cell_table of the records
+    cells = run.cells[["model", "task", "reference"]]  # cell_table of the records
+    predictions = run.predictions
     own = predictions[predictions["method"] == METHOD][["model", "task", "prediction"]]
-    references = context.models[~np.asarray(context.targets, dtype=bool)]
-    grid = pd.MultiIndex.from_product([references, context.tasks], names=["model", "task"])
+    references = run.models[~run.targets]
+    grid = pd.MultiIndex.from_product([references, run.tasks], names=["model", "task"])
     frame = grid.to_frame(index=False).merge(own, on=["model", "task"], how="left")
     frame = frame.merge(cells, on=["model", "task"], how="left").join(queries, on="task")
     frame = frame[frame["model"] != model]
@@ -415,7 +410,7 @@ def _reference_standings(context, predictions, queries, model) -> pd.DataFrame:
     frame["value"] = frame["reference"].where(~filled, frame["prediction"])
     frame["filled"] = filled & frame["prediction"].notna()
     rows = []
-    family = dict(zip(context.models, context.families, strict=True))
+    family = dict(zip(run.models, run.families, strict=True))
     for name, part in frame.groupby("model", sort=True):
         rows.append(
             {

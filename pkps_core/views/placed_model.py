@@ -11,6 +11,7 @@ import time
 
 import pandas as pd
 
+from pkps_core.predict import TargetRun
 from pkps_core.records import RecordsError
 from pkps_core.views.new_model import LEVEL, NewModelReport, _assemble
 
@@ -38,9 +39,8 @@ def placed_model_report(
     inside = next(m for m in context.models[context.rows] if m in (name, f"{name} [new]"))
     frame = predictions.assign(model=inside).drop(columns="profile")
     frame = frame.assign(note=frame["note"].astype(str))
-    report = _assemble(
-        context, frame, inside, predictor.holdout, level, n_neighbours, started, hide=name
-    )
+    run = TargetRun.of(context, frame)
+    report = _assemble(run, inside, predictor.holdout, level, n_neighbours, started, hide=name)
     if inside != name:
         report = _renamed(report, inside, name)
     return report
