@@ -10,7 +10,6 @@ import streamlit as st
 from perspective_app.shared.background import start_umap_warmup
 from perspective_app.shared.pages import PAGES
 from perspective_app.shared.store import (
-    RUN_VERSION_KEY,
     STORE_ENV,
     active_path,
     active_store,
@@ -31,7 +30,6 @@ def sidebar() -> None:
     """The active store, its size, and switching to another store file (and, once per
     server, the UMAP warm-up: the sidebar is drawn on every page at app start)."""
     start_umap_warmup()
-    st.session_state.pop(RUN_VERSION_KEY, None)
     path = active_path()
     try:
         store = active_store()

@@ -41,6 +41,11 @@ def _number(value, low: float = -math.inf, *, above: bool = False, whole: bool =
     return value > low if above else value >= low
 
 
+def _fitted(space) -> dict:
+    """The fitted attributes of ``space`` (names ending in ``_``), by name."""
+    return {k: v for k, v in vars(space).items() if k.endswith("_") and not k.startswith("_")}
+
+
 def _one_of(*options):
     return lambda value: isinstance(value, str) and value in options
 
@@ -274,11 +279,9 @@ class PerspectiveSpace(BaseEstimator):
         """Replace this estimator's fitted attributes by ``work``'s, all at once: a fit or
         update that fails leaves the earlier fit whole (and an attribute another step set
         on the earlier fit, such as ``target_cv_errors_``, does not outlive it)."""
-        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+        for name in _fitted(self):
             delattr(self, name)
-        self.__dict__.update(
-            {k: v for k, v in vars(work).items() if k.endswith("_") and not k.startswith("_")}
-        )
+        self.__dict__.update(_fitted(work))
 
     def fit(self, records: pd.DataFrame | PreparedCache, y=None, *, embedder=None, cv_exclude=None):
         """Fit the space on a cache.
@@ -303,7 +306,7 @@ class PerspectiveSpace(BaseEstimator):
         """
         self._validate_params()
         work = copy.copy(self)  # the fit is made on a copy and taken whole (_take_fit)
-        for name in [k for k in vars(work) if k.endswith("_") and not k.startswith("_")]:
+        for name in _fitted(work):
             delattr(work, name)
         work._fit(records, embedder, cv_exclude)
         self._take_fit(work)
