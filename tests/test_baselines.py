@@ -349,6 +349,60 @@ def _assert_batches_match(context) -> None:
         assert (notes[np.isnan(batched)] != "").all()
 
 
+def _literal_sweeps(z, observed, col_factors, lam, n_iter):
+    """The alternating ridge as written: per problem and initialisation, each row's ridge
+    over its observed columns, then each column's over its observed rows, then mu the
+    mean observed residual; the fits and ``mu + b`` averaged over the initialisations."""
+    n_problems, n_rows, n_cols = z.shape
+    n_init, rank = col_factors.shape[1], col_factors.shape[-1]
+    fits, bases = np.zeros(z.shape), np.zeros((n_problems, n_cols))
+    penalty = lam * np.eye(rank + 1)
+    for p in range(n_problems):
+        w = observed[p].astype(float)
+        y = np.where(observed[p], z[p], 0.0)
+        for i in range(n_init):
+            v, b = col_factors[p, i].copy(), np.zeros(n_cols)
+            u, a = np.zeros((n_rows, rank)), np.zeros(n_rows)
+            mu = y.sum() / max(w.sum(), 1)
+            for _ in range(n_iter):
+                d = np.column_stack([np.ones(n_cols), v])
+                for row in range(n_rows):
+                    weights = np.diag(w[row])
+                    solved = np.linalg.solve(
+                        d.T @ weights @ d + penalty, d.T @ weights @ (y[row] - mu - b)
+                    )
+                    a[row], u[row] = solved[0], solved[1:]
+                e = np.column_stack([np.ones(n_rows), u])
+                for col in range(n_cols):
+                    weights = np.diag(w[:, col])
+                    solved = np.linalg.solve(
+                        e.T @ weights @ e + penalty, e.T @ weights @ (y[:, col] - mu - a)
+                    )
+                    b[col], v[col] = solved[0], solved[1:]
+                mu = (w * (y - a[:, None] - b[None, :] - u @ v.T)).sum() / max(w.sum(), 1)
+            fits[p] += (mu + a[:, None] + b[None, :] + u @ v.T) / n_init
+            bases[p] += (mu + b) / n_init
+    return fits, bases
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 3])
+def test_lrmc_sweeps_are_the_alternating_ridge_as_written(rank):
+    # the batched sweeps never form the residuals (their products with the design are
+    # summed from the observed values and the Gram rows); the fit is the literal one's
+    from pkps_core.methods import lrmc
+
+    rng = np.random.default_rng(rank)
+    n_problems, n_rows, n_cols, n_init = 3, 9, 5, 2
+    z = rng.standard_normal((n_problems, n_rows, n_cols))
+    observed = rng.random(z.shape) < 0.6
+    observed[0, 0] = False  # a row without data
+    col_factors = 0.1 * rng.standard_normal((n_problems, n_init, n_cols, rank))
+    fit, base = lrmc._sweeps(z, observed, col_factors, 0.1, 6)
+    expected_fit, expected_base = _literal_sweeps(z, observed, col_factors, 0.1, 6)
+    np.testing.assert_allclose(fit, expected_fit, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(base, expected_base, rtol=0, atol=1e-10)
+
+
 def test_lrmc_rows_without_data_are_left_out_of_the_sweeps_with_the_same_fit():
     # a completion problem hides every model its holdout forbids: those rows have no data,
     # so they are not swept; the fit of every cell is the fit over all rows

@@ -116,18 +116,40 @@ def _solve_spd_3(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return x
 
 
-def _ridge_sweep(
-    weight: np.ndarray, response: np.ndarray, design: np.ndarray, lam: float
+def _shared_ridge(
+    weight: np.ndarray, target: np.ndarray, other: np.ndarray, mu: np.ndarray, lam: float
 ) -> np.ndarray:
-    """Row-wise weighted ridge: for each row n, solve over the columns t of ``response``.
+    """One side's ridge regressions with the other side held, every initialisation at once.
 
-    weight, response : (..., n, t); design : (..., t, k). Returns (..., n, k).
+    For each problem p, row n and initialisation i, solves ``[bias_n, factors_n]`` over the
+    columns t of ``(target − mu − bias_t) ≈ [1, factors_t] · [bias_n, factors_n]`` weighted
+    by ``weight``. The observed mask is the same for every initialisation, so each sum
+    over t is one matrix product per problem with the initialisations side by side, and
+    the residual is never formed: its product with the design ``d = [1, factors_t]`` is
+    ``target·d − mu (w·d) − w·(bias_t d)``, and ``w·d`` is the Gram matrix's first row.
+
+    Parameters
+    ----------
+    weight, target : ndarray (p, n, t)
+        The observed mask (0/1) and the observed values (0 where not observed).
+    other : ndarray (p, t, i, k)
+        The other side's ``[bias, factors]`` per column and initialisation.
+    mu : ndarray (p, i)
+
+    Returns
+    -------
+    ndarray (p, n, i, k): ``[bias_n, factors_n]``.
     """
-    k = design.shape[-1]
-    outer = (design[..., :, None] * design[..., None, :]).reshape(*design.shape[:-1], k * k)
-    gram = np.matmul(weight, outer).reshape(*response.shape[:-1], k, k)
-    gram = gram + lam * np.eye(k)
-    rhs = np.matmul(response, design)
+    n_problems, n_cols, n_init, k = other.shape
+    design = other.copy()
+    design[..., 0] = 1.0
+    outer = (design[..., :, None] * design[..., None, :]).reshape(n_problems, n_cols, -1)
+    gram = np.matmul(weight, outer).reshape(n_problems, -1, n_init, k, k)
+    flat = design.reshape(n_problems, n_cols, n_init * k)
+    biased = (other[..., :1] * design).reshape(n_problems, n_cols, n_init * k)
+    rhs = np.matmul(target, flat) - np.matmul(weight, biased)
+    rhs = rhs.reshape(n_problems, -1, n_init, k) - mu[:, None, :, None] * gram[..., 0, :]
+    gram += lam * np.eye(k)
     return _solve_spd(gram, rhs)
 
 
@@ -192,38 +214,48 @@ def _sweeps(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The sweeps of :func:`_alternating_ridge` from the columns' initial factors
     ``(n_problems, n_init, n_cols, rank)``: the fit averaged over the initialisations, and
-    ``mu + b_j`` so averaged (the fit of a row without data), ``(n_problems, n_cols)``."""
+    ``mu + b_j`` so averaged (the fit of a row without data), ``(n_problems, n_cols)``.
+
+    Each sweep solves the rows, then the columns (:func:`_shared_ridge`), then sets ``mu``
+    to the mean observed residual ``Σ w (z − a_i − b_j − u_i · v_j) / Σ w``, summed as
+    ``Σ w z − Σ_i a_i (Σ_j w_ij) − Σ_j b_j (Σ_i w_ij) − Σ_i u_i · (Σ_j w_ij v_j)``: no
+    array of every (initialisation, row, column) is formed until the averaged fit."""
     n_problems, n_rows, n_cols = z.shape
     n_init, rank = col_factors.shape[1], col_factors.shape[-1]
-    weight = observed[:, None].astype(float)
-    weight_t = np.swapaxes(weight, -1, -2)
-    target = np.where(observed, z, 0.0)[:, None]
+    weight = observed.astype(float)
+    weight_t = np.ascontiguousarray(np.swapaxes(weight, 1, 2))
+    target = np.where(observed, z, 0.0)
+    target_t = np.ascontiguousarray(np.swapaxes(target, 1, 2))
     total = np.maximum(observed.sum(axis=(1, 2)), 1)[:, None]
-    row_factors = np.zeros((n_problems, n_init, n_rows, rank))
-    row_bias = np.zeros((n_problems, n_init, n_rows))
-    col_bias = np.zeros((n_problems, n_init, n_cols))
-    mu = np.broadcast_to(target.sum(axis=(2, 3)) / total, (n_problems, n_init)).copy()
-    ones_cols = np.ones((n_problems, n_init, n_cols, 1))
-    ones_rows = np.ones((n_problems, n_init, n_rows, 1))
+    target_sum = target.sum(axis=(1, 2))[:, None]
+    row_count, col_count = weight.sum(axis=2), weight.sum(axis=1)
+    mu = np.broadcast_to(target_sum / total, (n_problems, n_init)).copy()
+    # [bias, factors] per row / column and initialisation: (n_problems, n, n_init, rank + 1)
+    rows = np.zeros((n_problems, n_rows, n_init, rank + 1))
+    cols = np.zeros((n_problems, n_cols, n_init, rank + 1))
+    cols[..., 1:] = np.swapaxes(col_factors, 1, 2)
 
-    def interaction() -> np.ndarray:
-        return np.matmul(row_factors, np.swapaxes(col_factors, -1, -2))
+    def factors(side: np.ndarray) -> np.ndarray:  # (n_problems, n, n_init * rank)
+        return np.ascontiguousarray(side[..., 1:]).reshape(*side.shape[:2], -1)
 
     for _ in range(n_iter):
-        design = np.concatenate([ones_cols, col_factors], -1)
-        response = weight * (target - mu[..., None, None] - col_bias[..., None, :])
-        solution = _ridge_sweep(weight, response, design, lam)
-        row_bias, row_factors = solution[..., 0], solution[..., 1:]
-
-        design = np.concatenate([ones_rows, row_factors], -1)
-        response = weight * (target - mu[..., None, None] - row_bias[..., :, None])
-        solution = _ridge_sweep(weight_t, np.swapaxes(response, -1, -2), design, lam)
-        col_bias, col_factors = solution[..., 0], solution[..., 1:]
-
-        fit = row_bias[..., :, None] + col_bias[..., None, :] + interaction()
-        mu = (weight * (target - fit)).sum(axis=(2, 3)) / total
-    fit = mu[..., None, None] + row_bias[..., :, None] + col_bias[..., None, :] + interaction()
-    return fit.mean(axis=1), (mu[..., None] + col_bias).mean(axis=1)
+        rows = _shared_ridge(weight, target, cols, mu, lam)
+        cols = _shared_ridge(weight_t, target_t, rows, mu, lam)
+        weighted = np.matmul(weight, factors(cols)).reshape(rows[..., 1:].shape)
+        explained = (
+            np.einsum("pni,pn->pi", rows[..., 0], row_count)
+            + np.einsum("pti,pt->pi", cols[..., 0], col_count)
+            + (weighted * rows[..., 1:]).sum(axis=(1, 3))
+        )
+        mu = (target_sum - explained) / total
+    interaction = np.matmul(factors(rows), np.swapaxes(factors(cols), 1, 2)) / n_init
+    fit = (
+        mu.mean(axis=1)[:, None, None]
+        + rows[..., 0].mean(axis=2)[:, :, None]
+        + cols[..., 0].mean(axis=2)[:, None, :]
+        + interaction
+    )
+    return fit, (mu[:, None, :] + cols[..., 0]).mean(axis=2)
 
 
 def _batched(
