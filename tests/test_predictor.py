@@ -483,3 +483,36 @@ def test_calibrating_the_off_grid_profiles_side_by_side_gives_the_same_predictio
     for model in new_models:
         one = partial[partial["model"] == model]
         pd.testing.assert_frame_equal(ahead.predict(one), on_use.predict(one))
+
+
+def test_every_profile_reads_the_query_kernels_made_once(cache, monkeypatch):
+    # a profile's shadows answer the references' queries: its query kernels are the
+    # references', made once per space and kept; the predictions are those made afresh
+    _, references, thin, new_models = cache
+    tasks = sorted(thin["task"].unique())
+    partial = pd.concat(
+        [
+            thin[(thin["model"] == new_models[0]) & thin["task"].isin(tasks[:2])],
+            thin[(thin["model"] == new_models[1]) & thin["task"].isin(tasks[1:])],
+        ],
+        ignore_index=True,
+    )
+    made = []
+
+    def counted(queries, grid):
+        made.append(len(grid))
+        return kernel_matrices(queries, grid)
+
+    kernel_matrices = kernels.query_kernel_matrices
+    monkeypatch.setattr(kernels, "query_kernel_matrices", counted)
+    kept = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(references, lazy=True)
+    assert kept.calibrate(partial, threads=1) == 2
+    assert len(made) == 1  # PKPS's grid, for both profiles (DKPS has no query kernel)
+    monkeypatch.setattr(core, "QUERY_KERNELS_KEPT_BYTES", 0)
+    fresh = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(references, lazy=True)
+    assert fresh.calibrate(partial, threads=1) == 2
+    assert len(made) == 3  # one per profile when not kept
+    for model in new_models:
+        one = partial[partial["model"] == model]
+        pd.testing.assert_frame_equal(kept.predict(one), fresh.predict(one), check_exact=True)
+    assert "_query_kernels_kept" not in kept.__dict__  # kept through the call only

@@ -92,6 +92,9 @@ PHANTOM = "\x00phantom target"
 NEW_TAG = " [new]"
 STATE_VERSION = 2  # 2: the KNN's coordinates by `neighbours` (out of sample by default)
 NEIGHBOURS = ("out-of-sample", "embedding", "distances")
+# the query kernels every profile's shadow sums read are kept through a fit or a calibrate()
+# call while they take at most this
+QUERY_KERNELS_KEPT_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,7 @@ class ReferencePredictor:
         # sums spread their bandwidths over the fit's own threads instead
         self._pool = WorkerPool()
         self._base_lock = threading.Lock()
+        self._query_kernels_kept = {}
         try:
             with single_threaded_blas():
                 self._contexts = self._nested_shadow_sums(profiles, progress)
@@ -296,6 +300,7 @@ class ReferencePredictor:
             self.__dict__.pop("_pool").close()
             self.__dict__.pop("_base_lock")
             self.__dict__.pop("_contexts", None)
+            self.__dict__.pop("_query_kernels_kept", None)
         if progress is not None:
             progress(1.0, "done")
         self.__dict__.pop("_bases", None)  # what every profile shared; not state
@@ -560,6 +565,29 @@ class ReferencePredictor:
                 cache[name] = _unfitted_space(name, context).fit(self.prepared_)
             return cache[name]
 
+    def _query_kernels(self, name: str, queries: np.ndarray | None, grid: np.ndarray):
+        """Space ``name``'s query kernel at every grid bandwidth
+        (:func:`~pkps_core.space.kernels.query_kernel_matrices`), made once for
+        every profile: a profile's shadows answer the references' queries, so its query
+        vectors are the references' (checked; made afresh where they are not). Kept while
+        a fit or a :meth:`calibrate` call runs, when they take at most
+        :data:`QUERY_KERNELS_KEPT_BYTES`; None (the sums make their own) otherwise."""
+        cache = self.__dict__.get("_query_kernels_kept")
+        if queries is None or cache is None:
+            return None
+        kept = cache.get(name)
+        if (
+            kept is not None
+            and np.array_equal(kept[0], grid)
+            and (kept[1] is queries or np.array_equal(kept[1], queries))
+        ):
+            return kept[2]
+        matrices = kernels.query_kernel_matrices(queries, grid)
+        size = sum(matrix.nbytes for matrix in matrices if matrix is not None)
+        if size <= QUERY_KERNELS_KEPT_BYTES:  # threads may both make it: the same matrices
+            cache[name] = (np.array(grid, dtype=float), queries, matrices)
+        return matrices
+
     def _shadow_space(self, name: str, context: PredictionContext):
         """Space ``name`` of the references with the context's shadows: the references'
         sums from :meth:`_base_space`, plus the pairs that involve a shadow
@@ -610,6 +638,7 @@ class ReferencePredictor:
                     grid,
                     context.shadows,
                     pool=self.__dict__.get("_pool"),
+                    query_kernels=self._query_kernels(name, queries, grid),
                 )
             if name == "pkps" and (grid == 0).any():
                 zero = int(np.flatnonzero(grid == 0)[0])
@@ -807,6 +836,7 @@ class ReferencePredictor:
             added_lock = "_base_lock" not in self.__dict__
             if added_lock:
                 self._base_lock = threading.Lock()
+            self._query_kernels_kept = {}
             try:
                 with single_threaded_blas():
                     self._calibrate_all(
@@ -817,6 +847,7 @@ class ReferencePredictor:
             finally:
                 if added_lock:
                     self.__dict__.pop("_base_lock", None)
+                self.__dict__.pop("_query_kernels_kept", None)
         return len(profiles)
 
     def _calibration(self, profile: Profile) -> _Calibration:

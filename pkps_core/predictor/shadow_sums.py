@@ -12,7 +12,9 @@ per query) and, for a shadow s, ``W_s[q] = Σ_{l ∈ s} kQ(u_q, u_{q_l}) x_l``,
 
 (``c_i[q]`` model i's responses to q, ``w_s[q] = Σ_{l ∈ s} kQ(u_q, u_{q_l})``): one matrix
 product over the queries per bandwidth instead of a pass over every response per shadow.
-The queries are taken in blocks so memory stays bounded.
+The queries are taken in blocks so memory stays bounded. The module is over 500 lines: the
+one pass holds four paths (the references' dense rows, thin rows, the delta kernel and the
+near-delta bandwidths) that must agree pair for pair, and they are read together.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def shadow_pair_sums(
     shadows: np.ndarray,
     rows: np.ndarray | None = None,
     pool: WorkerPool | None = None,
+    query_kernels: list[np.ndarray | None] | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per bandwidth, the numerator and denominator sums of every model with every shadow.
 
@@ -58,6 +61,9 @@ def shadow_pair_sums(
     pool : WorkerPool, optional
         Threads the bandwidths are spread over (default: one per core BLAS may use); the
         sums do not depend on it.
+    query_kernels : list, optional
+        :func:`~pkps_core.space.kernels.query_kernel_matrices` of ``query_vectors`` and
+        ``bandwidths``, when the caller keeps them (made here otherwise).
 
     Returns
     -------
@@ -65,7 +71,14 @@ def shadow_pair_sums(
     model order.
     """
     return nested_shadow_pair_sums(
-        layout, features, query_vectors, bandwidths, shadows, rows=rows, pool=pool
+        layout,
+        features,
+        query_vectors,
+        bandwidths,
+        shadows,
+        rows=rows,
+        pool=pool,
+        query_kernels=query_kernels,
     )[0]
 
 
@@ -79,6 +92,7 @@ def nested_shadow_pair_sums(
     rows: np.ndarray | None = None,
     pool: WorkerPool | None = None,
     n_levels: int | None = None,
+    query_kernels: list[np.ndarray | None] | None = None,
 ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
     """:func:`shadow_pair_sums` for nested shadows, every level in one pass.
 
@@ -128,16 +142,12 @@ def nested_shadow_pair_sums(
     sparse_queries = query_idx[sparse_responses]
     width = max(len(dense), len(shadow_models), 1)
     rows_per_block = max(1, BLOCK_BYTES // (8 * p * width))
-    squared = None
-    if query_vectors is not None:
-        squared = kernels.squared_distances(query_vectors)
     bandwidths = np.asarray(bandwidths, dtype=float)
-    kernels_by_bandwidth = [
-        None
-        if squared is None or sigma <= 0  # delta: kQ(u_q, u_q') = [q == q']
-        else kernels.rbf_from_squared(squared, float(sigma))
-        for sigma in bandwidths
-    ]
+    kernels_by_bandwidth = (
+        kernels.query_kernel_matrices(query_vectors, bandwidths)
+        if query_kernels is None
+        else query_kernels
+    )
     # a bandwidth whose kernel is the delta's but for a few pairs of queries: the delta's
     # sums plus those pairs' (near_delta.py), not a dense product per block
     zero = next((b for b, kernel in enumerate(kernels_by_bandwidth) if kernel is None), None)

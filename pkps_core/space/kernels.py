@@ -471,3 +471,17 @@ def nystrom_bound(
     t = counts * np.bincount(layout.model_idx, residual, minlength=layout.n_models)
     u = counts * np.bincount(layout.model_idx, residual * sq_norms, minlength=layout.n_models)
     return distance_bound(sums, np.sqrt(np.outer(u, u)), np.sqrt(np.outer(t, t)), self_pairs)
+
+
+def query_kernel_matrices(
+    query_vectors: np.ndarray | None, bandwidths: np.ndarray
+) -> list[np.ndarray | None]:
+    """The query kernel ``kQ(u_q, u_q')`` at each bandwidth, (n_queries, n_queries) each;
+    None for the delta kernel (no query vectors, or bandwidth 0: ``[q == q']``)."""
+    if query_vectors is None:
+        return [None] * len(bandwidths)
+    squared = squared_distances(query_vectors)
+    return [
+        None if sigma <= 0 else rbf_from_squared(squared, float(sigma))
+        for sigma in np.asarray(bandwidths, dtype=float)
+    ]
