@@ -288,6 +288,21 @@ def test_umap_2d_gives_two_columns_when_installed(fitted):
     assert np.isfinite(xy).all()
 
 
+@pytest.mark.slow
+def test_umap_2d_keeps_separated_groups_apart():
+    # the neighbours handed to UMAP are the exact ones: each point's nearest neighbour in
+    # the 2-D view is in its own group when the groups are far apart in d dimensions
+    pytest.importorskip("umap")
+    rng = np.random.default_rng(3)
+    groups = np.repeat([0, 1, 2], 15)
+    coordinates = rng.normal(size=(45, 5)) + 12.0 * np.eye(5)[groups]
+    xy = views.umap_2d(coordinates)
+    distances = np.linalg.norm(xy[:, None] - xy[None, :], axis=-1)
+    np.fill_diagonal(distances, np.inf)
+    assert (groups[distances.argmin(axis=1)] == groups).all()
+    np.testing.assert_array_equal(views.umap_2d(coordinates), xy)  # seeded
+
+
 def test_umap_2d_raises_import_error_without_the_package(monkeypatch, fitted):
     monkeypatch.setitem(sys.modules, "umap", None)
     with pytest.raises(ImportError):

@@ -3,14 +3,20 @@ responses to similar queries, coordinate exports."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.spatial.distance import pdist, squareform
 
 from pkps_core.space.knn import eligible_bandwidths, loo_knn_error
 from pkps_core.text import plotly_safe as plotly_text
+
+# below this many models UMAP's neighbours are found from all distances (UMAP's own
+# small-data threshold), here in numpy
+UMAP_EXACT_NEIGHBOURS = 4096
 
 
 @dataclass(frozen=True)
@@ -91,14 +97,26 @@ def umap_2d(coordinates: np.ndarray, random_state: int = 0) -> np.ndarray:
     n = len(coordinates)
     if n < 4:
         return np.asarray(coordinates, dtype=float)[:, :2]
+    coordinates = np.asarray(coordinates, dtype=float)
+    n_neighbors = min(15, n - 1)
+    exact = None
+    if n < UMAP_EXACT_NEIGHBOURS:
+        # the exact neighbours UMAP would find by all distances too, handed over: its own
+        # search is numba code compiled on first use (6 of the first view's 11 s here)
+        distances = squareform(pdist(coordinates))
+        indices = np.argsort(distances, axis=1, kind="stable")[:, :n_neighbors]
+        exact = (indices, np.take_along_axis(distances, indices, axis=1), None)
     reducer = umap.UMAP(
         n_components=2,
-        n_neighbors=min(15, n - 1),
+        n_neighbors=n_neighbors,
         random_state=random_state,
         init="random",
         n_jobs=1,
+        **({} if exact is None else {"precomputed_knn": exact}),
     )
-    return reducer.fit_transform(np.asarray(coordinates, dtype=float))
+    with warnings.catch_warnings():  # without a search index UMAP cannot transform: unused
+        warnings.filterwarnings("ignore", message=".*knn_search_index.*")
+        return reducer.fit_transform(coordinates)
 
 
 def scatter_frame(
