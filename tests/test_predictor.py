@@ -463,18 +463,24 @@ def test_a_profile_on_nystrom_reference_sums_keeps_them_and_adds_exact_shadow_pa
             assert np.abs(mine[block] - truth[block]).max() > 1e-9
 
 
-def test_calibrating_the_off_grid_profiles_side_by_side_gives_the_same_predictions(cache):
-    # models that answered only some tasks each need a profile of their own; calibrate()
-    # makes them on two threads before the placements, predict() one by one on first use
-    _, references, thin, new_models = cache
+def _on_some_tasks(thin, new_models):
+    """The two new models' rows, the first on the first two tasks, the second on all but
+    the first: each needs a profile of its own."""
     tasks = sorted(thin["task"].unique())
-    partial = pd.concat(
+    return pd.concat(
         [
             thin[(thin["model"] == new_models[0]) & thin["task"].isin(tasks[:2])],
             thin[(thin["model"] == new_models[1]) & thin["task"].isin(tasks[1:])],
         ],
         ignore_index=True,
     )
+
+
+def test_calibrating_the_off_grid_profiles_side_by_side_gives_the_same_predictions(cache):
+    # models that answered only some tasks each need a profile of their own; calibrate()
+    # makes them on two threads before the placements, predict() one by one on first use
+    _, references, thin, new_models = cache
+    partial = _on_some_tasks(thin, new_models)
     ahead = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(references, lazy=True)
     on_use = ReferencePredictor(budgets=(4,), modes=("scored",)).fit(references, lazy=True)
     assert ahead.calibrate(partial, threads=2) == 2
@@ -489,14 +495,7 @@ def test_every_profile_reads_the_query_kernels_made_once(cache, monkeypatch):
     # a profile's shadows answer the references' queries: its query kernels are the
     # references', made once per space and kept; the predictions are those made afresh
     _, references, thin, new_models = cache
-    tasks = sorted(thin["task"].unique())
-    partial = pd.concat(
-        [
-            thin[(thin["model"] == new_models[0]) & thin["task"].isin(tasks[:2])],
-            thin[(thin["model"] == new_models[1]) & thin["task"].isin(tasks[1:])],
-        ],
-        ignore_index=True,
-    )
+    partial = _on_some_tasks(thin, new_models)
     made = []
 
     def counted(queries, grid):
