@@ -70,8 +70,10 @@ def unwhiten(z: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
 def _solve_spd(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """Solve many small SPD systems ``gram x = rhs`` by a vectorised Cholesky factorisation.
 
-    ``np.linalg.solve`` pays a per-matrix overhead that dominates for millions of 3 × 3
+    ``np.linalg.solve`` pays a per-matrix overhead that dominates for millions of tiny
     systems; looping over the (tiny) dimension instead keeps every step one array op.
+    :func:`_solve_planes` uses it for ranks other than 0 and 2 (which it solves in closed
+    form).
 
     Parameters
     ----------
