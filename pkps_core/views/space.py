@@ -15,7 +15,7 @@ from pkps_core.space.knn import eligible_bandwidths, loo_knn_error
 from pkps_core.text import plotly_safe as plotly_text
 
 # below this many models UMAP's neighbours are found from all distances (UMAP's own
-# small-data threshold), here in numpy
+# small-data threshold), here with scipy
 UMAP_EXACT_NEIGHBOURS = 4096
 
 
@@ -99,7 +99,7 @@ def umap_2d(coordinates: np.ndarray, random_state: int = 0) -> np.ndarray:
         return np.asarray(coordinates, dtype=float)[:, :2]
     coordinates = np.asarray(coordinates, dtype=float)
     n_neighbors = min(15, n - 1)
-    exact = None
+    exact = (None, None, None)  # UMAP's default: it searches itself
     if n < UMAP_EXACT_NEIGHBOURS:
         # the exact neighbours UMAP would find by all distances too, handed over: its own
         # search is numba code compiled on first use (6 of the first view's 11 s here)
@@ -112,7 +112,7 @@ def umap_2d(coordinates: np.ndarray, random_state: int = 0) -> np.ndarray:
         random_state=random_state,
         init="random",
         n_jobs=1,
-        **({} if exact is None else {"precomputed_knn": exact}),
+        precomputed_knn=exact,
     )
     with warnings.catch_warnings():  # without a search index UMAP cannot transform: unused
         warnings.filterwarnings("ignore", message=".*knn_search_index.*")
