@@ -72,7 +72,9 @@ def test_fast_paths_equal_eq1_as_written(cache, query_kernel, response_kernel, s
     query_k = None if query_kernel == "delta" else kernels.query_kernel_matrix(sq, bandwidth)
     methods = ["pairwise"] + (["factorized"] if response_kernel != "rbf" else [])
     for method in methods:
-        for block_bytes in (64, DEFAULT_BLOCK_BYTES):  # tiny blocks exercise the loop
+        # tiny blocks exercise the loop; blocks of a few rows start inside a model and end
+        # in another (the pairwise path sums the upper triangle of model pairs)
+        for block_bytes in (64, 2_000, DEFAULT_BLOCK_BYTES):
             sums = kernel_sums(
                 layout,
                 responses[order],

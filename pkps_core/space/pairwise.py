@@ -1,9 +1,10 @@
 """The pairwise path of the kernel sums of Eq. (1): any response kernel (the RBF, which does
 not factorise), summed over blocks of response pairs in O(N^2 p).
 
-Blocks of response rows go against all responses; a block's response kernel is computed once
-for every query kernel asked for, so a grid of bandwidths costs one pass
-(:func:`pairwise_grid_sums`). The factorised path of a linear or cosine response kernel is
+Blocks of response rows go against the responses of their own models and the later ones
+(both kernels are symmetric: the upper triangle of model pairs, half the response pairs); a
+block's response kernel is computed once for every query kernel asked for, so a grid of
+bandwidths costs one pass (:func:`pairwise_grid_sums`). The factorised path of a linear or cosine response kernel is
 :mod:`pkps_core.space.sums`; a (nearly) paired cache has its own one-pass sums
 (:mod:`pkps_core.space.paired_sums`).
 """
@@ -76,24 +77,45 @@ def pairwise_grid_sums(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`pairwise_sums` of several query kernels (``None``: delta) in one pass, each
     block's response kernel computed once for all: the same blocks, summed in the same
-    order, so the same numbers as a pass per kernel."""
-    n_resp, query = layout.n_responses, layout.query_idx
+    order, so the same numbers as a pass per kernel.
 
-    def blocks(chunk):
-        for kernel in query_kernels:
+    Both kernels are symmetric, so N and Z are: a block of response rows sums against the
+    responses of its own first model and the later models only, and the lower triangle is
+    the upper one's transpose (half the response pairs). Entry (i, j ≥ i) is complete: every
+    block holding a row of model i starts at a model ≤ i ≤ j, so it sums all of j's
+    responses.
+    """
+    n_resp, query, owner = layout.n_responses, layout.query_idx, layout.model_idx
+    bounds = layout.model_bounds
+    rows = int(max(1, min(n_resp, block_bytes // (3 * 8 * max(n_resp, 1)))))
+    sq = np.einsum("ij,ij->i", features, features)
+    shape = (layout.n_models, layout.n_models)
+    sums = [(np.zeros(shape), np.zeros(shape)) for _ in query_kernels]
+    for start in range(0, n_resp, rows):
+        chunk = slice(start, min(n_resp, start + rows))
+        first_model = owner[start]
+        first = bounds[first_model]
+        kr = kernels.response_kernel_block(
+            features[chunk],
+            features[first:],
+            response_kernel,
+            response_bandwidth,
+            sq_cols=sq[first:],
+        )
+        models = owner[chunk]
+        starts = np.flatnonzero(np.r_[True, models[1:] != models[:-1]])
+        col_starts = bounds[first_model:-1] - first
+        for kernel, (numerator, denominator) in zip(query_kernels, sums, strict=True):
             if kernel is None:
-                yield (query[chunk, None] == query[None, :]).astype(float)
+                kq = (query[chunk, None] == query[None, first:]).astype(float)
             else:
-                yield kernel[query[chunk]][:, query]
+                kq = kernel[query[chunk]][:, query[first:]]
+            n, z = pairwise_block(kq, kr, starts, col_starts)
+            numerator[models[starts], first_model:] += n
+            denominator[models[starts], first_model:] += z
+    return [(_from_upper(n), _from_upper(z)) for n, z in sums]
 
-    numerator, denominator = pairwise_rows(
-        features,
-        layout.model_idx,
-        features,
-        layout.model_bounds[:-1],
-        blocks,
-        response_kernel,
-        response_bandwidth,
-        int(max(1, min(n_resp, block_bytes // (3 * 8 * max(n_resp, 1))))),
-    )
-    return list(zip(numerator, denominator, strict=True))
+
+def _from_upper(matrix: np.ndarray) -> np.ndarray:
+    """The symmetric matrix whose upper triangle (diagonal included) is ``matrix``'s."""
+    return np.triu(matrix) + np.triu(matrix, 1).T
