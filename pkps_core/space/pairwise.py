@@ -4,9 +4,9 @@ not factorise), summed over blocks of response pairs in O(N^2 p).
 Blocks of response rows go against the responses of their own models and the later ones
 (both kernels are symmetric: the upper triangle of model pairs, half the response pairs); a
 block's response kernel is computed once for every query kernel asked for, so a grid of
-bandwidths costs one pass (:func:`pairwise_grid_sums`). The factorised path of a linear or cosine response kernel is
-:mod:`pkps_core.space.sums`; a (nearly) paired cache has its own one-pass sums
-(:mod:`pkps_core.space.paired_sums`).
+bandwidths costs one pass (:func:`pairwise_grid_sums`). The factorised path of a linear or
+cosine response kernel is :mod:`pkps_core.space.sums`; a (nearly) paired cache has its own
+one-pass sums (:mod:`pkps_core.space.paired_sums`).
 """
 
 from __future__ import annotations
