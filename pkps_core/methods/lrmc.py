@@ -105,31 +105,45 @@ def _solve_planes(gram: dict[tuple[int, int], np.ndarray], rhs: np.ndarray) -> n
     ----------
     gram : dict (j, l) → ndarray (p, n, i), j ≤ l (the upper entries)
         The entries of the symmetric positive definite matrices, one plane each.
-    rhs : ndarray (p, n, k, i)
+    rhs : ndarray (k, p, n, i)
 
     Returns
     -------
-    ndarray (p, n, k, i)
+    ndarray (k, p, n, i)
     """
-    k = rhs.shape[2]
+    k = rhs.shape[0]
     if k == 1:  # rank 0: the biases alone
-        return rhs / gram[(0, 0)][:, :, None]
-    if k == 3:  # rank 2, the default: the adjugate in closed form, a quarter of the array ops
+        return rhs / gram[(0, 0)]
+    if k == 3:  # rank 2, the default: the adjugate in closed form, in place where it can
         a, b, c = gram[(0, 0)], gram[(0, 1)], gram[(0, 2)]
         d, e, f = gram[(1, 1)], gram[(1, 2)], gram[(2, 2)]
-        cof_aa, cof_ab, cof_ac = d * f - e * e, c * e - b * f, b * e - c * d
-        cof_bb, cof_bc, cof_cc = a * f - c * c, b * c - a * e, a * d - b * b
-        det = a * cof_aa + b * cof_ab + c * cof_ac  # the ridge's lam > 0 keeps it from 0
-        r0, r1, r2 = rhs[:, :, 0], rhs[:, :, 1], rhs[:, :, 2]
+        cofactors = {}
+        for name, (p, q, r, s) in {
+            "aa": (d, f, e, e),
+            "ab": (c, e, b, f),
+            "ac": (b, e, c, d),
+            "bb": (a, f, c, c),
+            "bc": (b, c, a, e),
+            "cc": (a, d, b, b),
+        }.items():
+            cofactor = p * q
+            cofactor -= r * s
+            cofactors[name] = cofactor
+        det = a * cofactors["aa"]  # the ridge's lam > 0 keeps it from 0
+        det += b * cofactors["ab"]
+        det += c * cofactors["ac"]
         x = np.empty_like(rhs)
-        x[:, :, 0] = (cof_aa * r0 + cof_ab * r1 + cof_ac * r2) / det
-        x[:, :, 1] = (cof_ab * r0 + cof_bb * r1 + cof_bc * r2) / det
-        x[:, :, 2] = (cof_ac * r0 + cof_bc * r1 + cof_cc * r2) / det
+        rows_of_adjugate = (("aa", "ab", "ac"), ("ab", "bb", "bc"), ("ac", "bc", "cc"))
+        for out, names in zip(x, rows_of_adjugate, strict=True):
+            np.multiply(cofactors[names[0]], rhs[0], out=out)
+            out += cofactors[names[1]] * rhs[1]
+            out += cofactors[names[2]] * rhs[2]
+            out /= det
         return x
     full = np.empty((*gram[(0, 0)].shape, k, k))
     for (i, j), plane in gram.items():
         full[..., i, j] = full[..., j, i] = plane
-    return np.moveaxis(_solve_spd(full, np.moveaxis(rhs, 2, -1)), -1, 2)
+    return np.moveaxis(_solve_spd(full, np.moveaxis(rhs, 0, -1)), -1, 0)
 
 
 def _shared_ridge(
@@ -140,42 +154,38 @@ def _shared_ridge(
     For each problem p, row n and initialisation i, solves ``[bias_n, factors_n]`` over the
     columns t of ``(target − mu − bias_t) ≈ [1, factors_t] · [bias_n, factors_n]`` weighted
     by ``weight``. The observed mask is the same for every initialisation, so each sum
-    over t is one matrix product per problem with the initialisations side by side (the
-    Gram matrix's upper entries and the bias term in one product), and the residual is
-    never formed: its product with the design ``d = [1, factors_t]`` is
-    ``target·d − mu (w·d) − w·(bias_t d)``, and ``w·d`` is the Gram matrix's first row.
-    The coefficients run along axis 2 and the initialisations last, so every step is an
-    operation on whole planes.
+    over t is one matrix product per problem and coefficient with the initialisations side
+    by side, and the residual is never formed: its product with the design
+    ``d = [1, factors_t]`` is ``target·d − mu (w·d) − w·(bias_t d)``, and ``w·d`` is the
+    Gram matrix's first row. The coefficients run along the first axis, so every step is
+    an operation on whole contiguous planes.
 
     Parameters
     ----------
     weight, target : ndarray (p, n, t)
         The observed mask (0/1) and the observed values (0 where not observed).
-    other : ndarray (p, t, k, i)
+    other : ndarray (k, p, t, i)
         The other side's ``[bias, factors]`` per column and initialisation.
     mu : ndarray (p, i)
 
     Returns
     -------
-    ndarray (p, n, k, i): ``[bias_n, factors_n]``.
+    ndarray (k, p, n, i): ``[bias_n, factors_n]``.
     """
-    n_problems, n_cols, k, n_init = other.shape
-    pairs = [(i, j) for i in range(k) for j in range(i, k)]  # the first k: the row of 1
-    m = len(pairs)
+    k = other.shape[0]
+    upper_i, upper_j = np.triu_indices(k)  # the first k: the row of 1
+    m = len(upper_i)
     design = other.copy()
-    design[:, :, 0] = 1.0
-    right = np.empty((n_problems, n_cols, m + k, n_init))
-    for index, (i, j) in enumerate(pairs):
-        np.multiply(design[:, :, i], design[:, :, j], out=right[:, :, index])
-    np.multiply(other[:, :, :1], design, out=right[:, :, m:])
-    left = np.matmul(weight, right.reshape(n_problems, n_cols, -1))
-    left = left.reshape(n_problems, -1, m + k, n_init)
-    rhs = np.matmul(target, design.reshape(n_problems, n_cols, -1)).reshape(
-        n_problems, -1, k, n_init
-    )
-    rhs -= left[:, :, m:]
-    rhs -= mu[:, None, None, :] * left[:, :, :k]
-    gram = {pair: left[:, :, index] for index, pair in enumerate(pairs)}
+    design[0] = 1.0
+    right = np.empty((m + k, *other.shape[1:]))
+    np.multiply(design[upper_i], design[upper_j], out=right[:m])
+    np.multiply(other[0], design, out=right[m:])
+    left = np.matmul(weight, right)  # (m + k, p, n, i)
+    rhs = np.matmul(target, design)
+    rhs -= left[m:]
+    rhs -= mu[:, None, :] * left[:k]
+    pairs = zip(upper_i.tolist(), upper_j.tolist(), strict=True)
+    gram = {pair: left[index] for index, pair in enumerate(pairs)}
     for j in range(k):
         gram[(j, j)] = gram[(j, j)] + lam
     return _solve_planes(gram, rhs)
@@ -258,32 +268,29 @@ def _sweeps(
     target_sum = target.sum(axis=(1, 2))[:, None]
     row_count, col_count = weight.sum(axis=2), weight.sum(axis=1)
     mu = np.broadcast_to(target_sum / total, (n_problems, n_init)).copy()
-    # [bias, factors] per row / column, then initialisation: (n_problems, n, rank + 1, n_init)
-    rows = np.zeros((n_problems, n_rows, rank + 1, n_init))
-    cols = np.zeros((n_problems, n_cols, rank + 1, n_init))
-    cols[:, :, 1:] = np.transpose(col_factors, (0, 2, 3, 1))
-
-    def factors(side: np.ndarray) -> np.ndarray:  # (n_problems, n, rank * n_init)
-        return side[:, :, 1:].reshape(*side.shape[:2], -1)
-
+    # [bias, factors] per coefficient, then problem, row / column and initialisation:
+    # (rank + 1, n_problems, n, n_init)
+    rows = np.zeros((rank + 1, n_problems, n_rows, n_init))
+    cols = np.zeros((rank + 1, n_problems, n_cols, n_init))
+    cols[1:] = np.transpose(col_factors, (3, 0, 2, 1))
     for _ in range(n_iter):
         rows = _shared_ridge(weight, target, cols, mu, lam)
         cols = _shared_ridge(weight_t, target_t, rows, mu, lam)
-        weighted = np.matmul(weight, factors(cols)).reshape(rows[:, :, 1:].shape)
+        weighted = np.matmul(weight, cols[1:])  # (rank, n_problems, n_rows, n_init)
         explained = (
-            np.einsum("pni,pn->pi", rows[:, :, 0], row_count)
-            + np.einsum("pti,pt->pi", cols[:, :, 0], col_count)
-            + (weighted * rows[:, :, 1:]).sum(axis=(1, 2))
+            np.einsum("pni,pn->pi", rows[0], row_count)
+            + np.einsum("pti,pt->pi", cols[0], col_count)
+            + (weighted * rows[1:]).sum(axis=(0, 2))
         )
         mu = (target_sum - explained) / total
-    interaction = np.matmul(factors(rows), np.swapaxes(factors(cols), 1, 2)) / n_init
+    interaction = np.einsum("rpni,rpti->pnt", rows[1:], cols[1:]) / n_init
     fit = (
         mu.mean(axis=1)[:, None, None]
-        + rows[:, :, 0].mean(axis=2)[:, :, None]
-        + cols[:, :, 0].mean(axis=2)[:, None, :]
+        + rows[0].mean(axis=2)[:, :, None]
+        + cols[0].mean(axis=2)[:, None, :]
         + interaction
     )
-    return fit, (mu[:, None, :] + cols[:, :, 0]).mean(axis=2)
+    return fit, (mu[:, None, :] + cols[0]).mean(axis=2)
 
 
 def _batched(
