@@ -82,6 +82,26 @@ def test_a_grid_in_one_pairwise_pass_gives_each_kernels_own_pass_exactly():
     assert not np.allclose(got[1][0], got[2][0])
 
 
+def test_kernels_given_as_bandwidths_are_made_per_block_with_the_same_numbers():
+    # an RBF kernel given by its bandwidth is made block by block from the pairs' query
+    # distances (unpaired caches, ps.unpaired_grid_sums): the same entries as the whole
+    # kernel's, so the same sums, exactly
+    from pkps_core.space.kernels import rbf_from_squared
+
+    layout, features, sqdist = _cache(40)
+    bandwidths = [1.0, 0.3]
+    whole = [None, *(rbf_from_squared(sqdist, b) for b in bandwidths)]
+    for budget in (4000, DEFAULT_BLOCK_BYTES):
+        expected = pairwise_grid_sums(layout, features, whole, "rbf", 0.9, budget)
+        got = pairwise_grid_sums(
+            layout, features, [None, *bandwidths], "rbf", 0.9, budget, query_sqdist=sqdist
+        )
+        for (n, z), (n_expected, z_expected) in zip(got, expected, strict=True):
+            assert np.array_equal(n, n_expected)
+            assert np.array_equal(z, z_expected)
+    assert not np.allclose(got[1][0], got[2][0])
+
+
 def test_an_unpaired_fit_sums_its_grid_in_one_pass_with_the_same_numbers(monkeypatch):
     from pkps_core.space import pairwise
     from pkps_core.synthetic import make_synthetic
@@ -91,9 +111,9 @@ def test_an_unpaired_fit_sums_its_grid_in_one_pass_with_the_same_numbers(monkeyp
     calls = []
     one_pass = pairwise.pairwise_grid_sums
 
-    def spy(layout, features, kernels, *args):
+    def spy(layout, features, kernels, *args, **kwargs):
         calls.append(len(kernels))
-        return one_pass(layout, features, kernels, *args)
+        return one_pass(layout, features, kernels, *args, **kwargs)
 
     monkeypatch.setattr(ps, "pairwise_grid_sums", spy)
     together = PerspectiveSpace(**settings).fit(cache)

@@ -78,18 +78,26 @@ def unpaired_grid_sums(backend, bandwidths: list[float]):
     """The pairwise sums of every bandwidth in one pass over the response pairs of any
     cache (:func:`~pkps_core.space.pairwise.pairwise_grid_sums`: a block's response kernel
     computed once for all, each kernel's sums the same numbers as one pass of its own), when
-    the query kernels fit :data:`PAIRED_KERNELS_MAX_BYTES` side by side; else None."""
+    the query kernels fit :data:`PAIRED_KERNELS_MAX_BYTES` side by side; else None. Where
+    the unique queries' pairs outnumber half the response pairs (queries seldom shared),
+    each block's query kernels are made from its pairs' distances instead of whole."""
     positive = [b for b in bandwidths if b > 0]
-    if len(bandwidths) < 2 or not fits_in_memory(backend.layout.n_queries, len(positive)):
+    layout = backend.layout
+    if len(bandwidths) < 2 or not fits_in_memory(layout.n_queries, len(positive)):
         return None
     sq, pool = backend.query_sqdist if positive else None, backend.pool
+    by_block = layout.n_queries**2 > layout.n_responses**2 / 2
     return pairwise_grid_sums(
-        backend.layout,
+        layout,
         backend.features,
-        [None if b <= 0 else kernels.rbf_from_squared(sq, b, pool=pool) for b in bandwidths],
+        [
+            None if b <= 0 else float(b) if by_block else kernels.rbf_from_squared(sq, b, pool=pool)
+            for b in bandwidths
+        ],
         backend.response_kernel,
         backend.response_bandwidth,
         backend.block_bytes,
+        query_sqdist=sq,
     )
 
 

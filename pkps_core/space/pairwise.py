@@ -70,14 +70,23 @@ def pairwise_sums(
 def pairwise_grid_sums(
     layout: ResponseLayout,
     features: np.ndarray,
-    query_kernels: list[np.ndarray | None],
+    query_kernels: list[np.ndarray | float | None],
     response_kernel: str,
     response_bandwidth: float,
     block_bytes: int,
+    *,
+    query_sqdist: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`pairwise_sums` of several query kernels (``None``: delta) in one pass, each
     block's response kernel computed once for all: the same blocks, summed in the same
     order, so the same numbers as a pass per kernel.
+
+    A kernel given as a bandwidth (a float > 0) is the RBF of ``query_sqdist`` (the unique
+    queries' squared distances), made block by block from the distances of the block's
+    response pairs, gathered once for all such kernels: where the queries are about as many
+    as the responses (an unpaired cache), that is half the exponentials of the whole
+    ``Q × Q`` kernel and one gather per block instead of one per kernel; the entries are
+    :func:`~pkps_core.space.kernels.rbf_from_squared`'s.
 
     Both kernels are symmetric, so N and Z are: a block of response rows sums against the
     responses of its own first model and the later models only, and the lower triangle is
@@ -105,9 +114,14 @@ def pairwise_grid_sums(
         models = owner[chunk]
         starts = np.flatnonzero(np.r_[True, models[1:] != models[:-1]])
         col_starts = bounds[first_model:-1] - first
+        distances = None
         for kernel, (numerator, denominator) in zip(query_kernels, sums, strict=True):
             if kernel is None:
                 kq = (query[chunk, None] == query[None, first:]).astype(float)
+            elif isinstance(kernel, float):
+                if distances is None:
+                    distances = query_sqdist[query[chunk]][:, query[first:]]
+                kq = kernels.rbf_from_squared(distances, kernel)
             else:
                 kq = kernel[query[chunk]][:, query[first:]]
             n, z = pairwise_block(kq, kr, starts, col_starts)
