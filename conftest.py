@@ -69,6 +69,47 @@ def _wait_for_the_script_thread() -> None:
 _wait_for_the_script_thread()
 
 
+_UMAP_WARMUP: list = []
+
+
+def pytest_sessionstart(session):
+    """In a fresh venv, pynndescent (UMAP's neighbour search) compiles its numba functions
+    at ``import umap`` and keeps them in its ``__pycache__``: 10–18 s of CPU that the one
+    test running UMAP (``tests/test_views.py``) would otherwise pay. The run's first process
+    starts that import at the lowest CPU priority, so it runs in the cores' idle moments
+    (the browser tests' waits) and the test finds the compiled code. Nothing when
+    umap-learn is absent or its code is already compiled; stopped at the run's end."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import importlib.util
+    import subprocess
+    import sys
+
+    spec = importlib.util.find_spec("pynndescent")
+    if spec is None or spec.origin is None or importlib.util.find_spec("umap") is None:
+        return
+    if any((Path(spec.origin).parent / "__pycache__").glob("*.nbi")):
+        return
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import umap"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        os.setpriority(os.PRIO_PROCESS, process.pid, 19)
+    except OSError:  # gone already, or not allowed: it runs at the usual priority
+        pass
+    _UMAP_WARMUP.append(process)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for process in _UMAP_WARMUP:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
 def pytest_collection_modifyitems(config, items):
     """The files holding the most tests marked ``slow`` run first, each file's tests in their
     own order (a stable sort): pytest-xdist's ``--dist loadfile --no-loadscope-reorder``
