@@ -117,8 +117,8 @@ def _solve_planes(gram: dict[tuple[int, int], np.ndarray], rhs: np.ndarray) -> n
     if k == 3:  # rank 2, the default: the adjugate in closed form, in place where it can
         a, b, c = gram[(0, 0)], gram[(0, 1)], gram[(0, 2)]
         d, e, f = gram[(1, 1)], gram[(1, 2)], gram[(2, 2)]
-        cofactors = {}
-        for name, (p, q, r, s) in {
+        cofactors = {}  # each is u·v − w·z of the named entry's minor
+        for name, (u, v, w, z) in {
             "aa": (d, f, e, e),
             "ab": (c, e, b, f),
             "ac": (b, e, c, d),
@@ -126,8 +126,8 @@ def _solve_planes(gram: dict[tuple[int, int], np.ndarray], rhs: np.ndarray) -> n
             "bc": (b, c, a, e),
             "cc": (a, d, b, b),
         }.items():
-            cofactor = p * q
-            cofactor -= r * s
+            cofactor = u * v
+            cofactor -= w * z
             cofactors[name] = cofactor
         det = a * cofactors["aa"]  # the ridge's lam > 0 keeps it from 0
         det += b * cofactors["ab"]
