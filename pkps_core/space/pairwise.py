@@ -94,6 +94,8 @@ def pairwise_grid_sums(
     block holding a row of model i starts at a model ≤ i ≤ j, so it sums all of j's
     responses.
     """
+    if query_sqdist is None and any(isinstance(k, float) for k in query_kernels):
+        raise ValueError("a query kernel given as a bandwidth needs query_sqdist")
     n_resp, query, owner = layout.n_responses, layout.query_idx, layout.model_idx
     bounds = layout.model_bounds
     rows = int(max(1, min(n_resp, block_bytes // (3 * 8 * max(n_resp, 1)))))
