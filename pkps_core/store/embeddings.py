@@ -94,7 +94,14 @@ def embed_hashes(
                 strict=True,
             )
         )
-        missing = wanted[~wanted[f"{kind}_hash"].isin(vectors)]
+        # a set lookup per hash (Series.isin on Arrow strings converts each value to a
+        # pyarrow scalar in Python: a read of AlpacaEval-40's records 0.79 -> 0.56 s)
+        cached_already = np.fromiter(
+            (text_hash in vectors for text_hash in wanted[f"{kind}_hash"]),
+            dtype=bool,
+            count=len(wanted),
+        )
+        missing = wanted[~cached_already]
         if missing.empty:
             return vectors
         from pkps_core.embed import vectors_of
