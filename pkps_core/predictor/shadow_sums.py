@@ -351,7 +351,9 @@ def _block_at_bandwidth(
     for k, (padded_columns, padded_features) in enumerate(padded):
         width = padded_columns.shape[1]
         columns = buffer[: n_shadows * width * len(block)].reshape(n_shadows, width, len(block))
-        np.take(kernel_rows, padded_columns, axis=0, out=columns)
+        # mode='clip' writes straight into the buffer (the default mode buffers every take
+        # with ``out``); the indices are in range, the padding's included
+        np.take(kernel_rows, padded_columns, axis=0, out=columns, mode="clip")
         into = w if k == 0 else step
         np.matmul(columns.transpose(0, 2, 1), padded_features, out=into)  # (shadows, block, p)
         if k:
