@@ -336,7 +336,7 @@ def _block_at_bandwidth(
     # the padding), then one batched product per level
     n_queries = query_kernel.shape[0]
     kernel_rows = np.zeros((n_queries + 1, len(block)))
-    kernel_rows[:n_queries] = query_kernel[:, block]
+    kernel_rows[:n_queries] = query_kernel[:, block[0] : block[-1] + 1]  # a block is a range
     # the large temporaries in the thread's own buffer (fresh ones of this size cost their
     # page faults on every block and bandwidth)
     n_shadows = padded[0][0].shape[0]
