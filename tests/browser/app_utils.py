@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -72,6 +74,82 @@ def peak_rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmHWM for process {pid}")
 
 
+# The servers are forked from a process that imported their libraries once
+# (app_launcher.py: about 2 s of CPU less per server); PKPS_TEST_FORKED_SERVERS=0 starts
+# each as a fresh `python -m streamlit run app.py` instead.
+FORKED_SERVERS = os.environ.get("PKPS_TEST_FORKED_SERVERS", "1").strip() != "0"
+_LAUNCHER_SCRIPT = Path(__file__).with_name("app_launcher.py")
+_ENVIRONMENT = dict(os.environ)  # the launcher's own (BLAS threads are read at its start)
+
+
+@dataclass
+class ForkedServer:
+    """A server forked by the launcher, with the part of ``subprocess.Popen`` the tests
+    use (its parent, the launcher, reaps it: its pid goes away when it ends)."""
+
+    pid: int
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                state = "X"
+            if state in ("Z", "X"):  # ended (a zombie until the launcher reaps it)
+                self.returncode = -1  # the launcher has its status, not this process
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("streamlit", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+
+class _Launcher:
+    """This process's app_launcher.py, started on first use and closed at exit."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+
+    def start(self, args: list[str], env: dict[str, str], log: Path) -> ForkedServer | None:
+        """Fork a server; None when the launcher cannot (the caller starts one itself)."""
+        with self.lock:
+            try:
+                if self.process is None or self.process.poll() is not None:
+                    self.process = subprocess.Popen(
+                        [sys.executable, str(_LAUNCHER_SCRIPT)],
+                        cwd=ROOT,
+                        env=_ENVIRONMENT | {"PYTHONUNBUFFERED": "1"},
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                    atexit.register(self.close)
+                request = {"args": args, "env": env, "cwd": str(ROOT), "log": str(log)}
+                self.process.stdin.write(json.dumps(request) + "\n")
+                self.process.stdin.flush()
+                reply = self.process.stdout.readline()
+                return ForkedServer(int(json.loads(reply)["pid"])) if reply else None
+            except (OSError, ValueError, KeyError):
+                return None
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+_LAUNCHER = _Launcher()
+
+
 @dataclass
 class AppServer:
     """One ``streamlit run app.py`` process on a loopback port, over one store file."""
@@ -80,7 +158,7 @@ class AppServer:
     log: Path
     env: dict[str, str] = field(default_factory=dict)
     port: int = 0
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | ForkedServer | None = None
 
     @property
     def url(self) -> str:
@@ -89,10 +167,7 @@ class AppServer:
     def start(self) -> AppServer:
         self.port = free_port()
         env = os.environ | {"PKPS_STORE": str(self.store), "PYTHONUNBUFFERED": "1"} | self.env
-        command = [
-            sys.executable,
-            "-m",
-            "streamlit",
+        args = [
             "run",
             "app.py",
             "--server.headless",
@@ -106,15 +181,17 @@ class AppServer:
             "--browser.gatherUsageStats",
             "false",
         ]
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.process = _LAUNCHER.start(args, env, self.log) if FORKED_SERVERS else None
+        if self.process is None:
+            with self.log.open("ab") as log:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "streamlit", *args],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         self._wait_healthy()
         return self
 

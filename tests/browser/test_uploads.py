@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from app_utils import (
     ROOT,
+    SCRIPT_TIMEOUT_MS,
     go_to,
     import_button,
     plotly_figures,
@@ -111,7 +112,9 @@ def test_two_sessions_uploading_at_once_both_land(tmp_path, start_server, new_se
         import_button(session).click()
     for session in sessions.values():
         wait_for_app(session.page)
-        expect(session.main).to_contain_text("45000 added, 0 replaced")
+        # the import's rerun may not have begun when wait_for_app looked (a loaded machine
+        # showed the page before it): wait for its message as long as a script run may take
+        expect(session.main).to_contain_text("45000 added, 0 replaced", timeout=SCRIPT_TIMEOUT_MS)
         session.assert_clean()
     server.stop()
     with Store(store) as opened:
