@@ -129,6 +129,51 @@ def test_pairedness_pooled_matches_hand_computation(store):
     assert len(table) == 9
 
 
+# ρ by SQL alone (a self-join on the query, every ordered pair of models): the oracle of
+# Store.pairedness, which counts the shared queries by a sparse product in numpy
+PAIREDNESS_BY_SQL = """
+WITH q AS (
+    SELECT DISTINCT model, task, query_id FROM responses
+    WHERE ?::VARCHAR IS NULL OR task = ?::VARCHAR
+),
+sizes AS (SELECT model, count(*) AS n_queries FROM q GROUP BY model),
+shared AS (
+    SELECT a.model AS model_a, b.model AS model_b, count(*) AS n_shared
+    FROM q a JOIN q b ON a.task = b.task AND a.query_id = b.query_id
+    GROUP BY a.model, b.model
+)
+SELECT sa.model AS model_a, sb.model AS model_b, coalesce(s.n_shared, 0) AS n_shared,
+       sa.n_queries AS n_queries_a, coalesce(s.n_shared, 0) / sa.n_queries AS rho
+FROM sizes sa CROSS JOIN sizes sb
+LEFT JOIN shared s ON s.model_a = sa.model AND s.model_b = sb.model
+ORDER BY model_a, model_b
+"""
+
+
+def test_pairedness_equals_the_sql_self_join_on_a_sparse_store(tmp_path):
+    rng = np.random.default_rng(7)
+    names = ["Zed", "alpha", "alpha-2", "émile", "b<br>", INJECTION, "00", "m" * 40]
+    rows = [
+        (model, f"task{t}", f"q{q:03d}")
+        for model in names
+        for t in range(3)
+        if rng.random() < 0.8
+        for q in np.flatnonzero(rng.random(40) < rng.uniform(0.05, 0.9))
+    ]
+    frame = pd.DataFrame(rows, columns=["model", "task", "query_id"])
+    frame["query"] = "question " + frame["task"] + " " + frame["query_id"]
+    frame["response"] = "answer of " + frame["model"] + " to " + frame["query"]
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest(frame, source="random")
+        for task in (None, "task0", "task2", "no such task"):
+            got = store.pairedness(task)
+            with store._cursor() as cur:
+                expected = cur.execute(PAIREDNESS_BY_SQL, [task, task]).df()
+            assert (len(got) == 0) == (task == "no such task")
+            # (an empty result: DuckDB gives object columns; both are empty)
+            pd.testing.assert_frame_equal(got, expected, check_exact=True, check_dtype=len(got) > 0)
+
+
 def test_records_round_trip_canonical(store):
     records = store.records(with_embeddings=False)
     expected = cache().sort_values(["model", "task", "query_id"]).reset_index(drop=True)

@@ -44,7 +44,7 @@ from pkps_core.store.schema import (
     _SCALAR_COLUMNS,
     _SCHEMA,
     COVERAGE_SQL,
-    PAIREDNESS_SQL,
+    PAIRED_QUERIES_SQL,
 )
 
 if TYPE_CHECKING:
@@ -383,7 +383,8 @@ class Store:
             (``rho = 1``).
         """
         with self._cursor() as cur:
-            return cur.execute(PAIREDNESS_SQL, [task, task]).df()
+            found = cur.execute(PAIRED_QUERIES_SQL, [task, task]).fetchnumpy()
+        return _pairedness_frame(found)
 
     def summary(self) -> dict[str, int]:
         """Counts: models, tasks, families, responses, scored responses, queries, version."""
@@ -421,3 +422,33 @@ class Store:
                 """,
             )[0]
         return str(digest)
+
+
+def _pairedness_frame(found: dict) -> pd.DataFrame:
+    """:meth:`Store.pairedness` from its (model, query) codes (``PAIRED_QUERIES_SQL``: the
+    pairs, then one row per model with its name): shared counts by one sparse product of
+    the models × queries incidence matrix with its transpose, rows in name order."""
+    import numpy as np
+    from scipy import sparse
+
+    is_name = np.ma.getmaskarray(found["j"])  # NULL query: a model's name row
+    i, j = np.ma.getdata(found["i"]), np.ma.getdata(found["j"])
+    names = np.asarray(np.ma.getdata(found["model"])[is_name], dtype=object)
+    names = names[np.argsort(i[is_name])]
+    rows, keys = i[~is_name].astype(np.int64), j[~is_name].astype(np.int64)
+    n = len(names)
+    incidence = sparse.csr_array(
+        (np.ones(len(rows), dtype=np.int64), (rows, keys)),
+        shape=(n, int(keys.max()) + 1 if len(keys) else 0),
+    )
+    shared = (incidence @ incidence.T).toarray().astype(np.int64, copy=False)
+    sizes = np.diagonal(shared).copy()  # a model's queries: those it shares with itself
+    return pd.DataFrame(
+        {
+            "model_a": pd.array(np.repeat(names, n), dtype="str"),
+            "model_b": pd.array(np.tile(names, n), dtype="str"),
+            "n_shared": shared.ravel(),
+            "n_queries_a": np.repeat(sizes, n),
+            "rho": (shared / sizes[:, None]).ravel() if n else np.zeros(0),
+        }
+    )
