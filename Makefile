@@ -9,34 +9,38 @@ ADDRESS ?= 127.0.0.1
 .PHONY: app test test-quick lint setup setup-dev bench clean
 
 # The packages are installed by uv (from PyPI, into the venv) when it can be had: it fetches
-# and unpacks them side by side, 35-37 s for the test set with their bytecode on the 2-core
-# machine where pip takes 52 s (docs/development.md). Where uv cannot be installed or fails,
-# pip installs the same requirements. The bytecode is written at install as pip does: where
-# PYTHONDONTWRITEBYTECODE is set (this machine sets it) an import never writes it, and every
-# process would compile each module it imports again.
+# and unpacks them side by side. Where uv cannot be installed or fails, pip installs the same
+# requirements. Bytecode: the app's venv (`make app`) gets every module's at install, as pip
+# writes it. The test venv does not (uv spent 42 s of the 44 s of a warm-cache install
+# compiling tens of thousands of modules no test imports, docs/development.md): the tests
+# run with bytecode writing on, so the first process that imports a module writes its
+# bytecode and the others read it. This machine sets PYTHONDONTWRITEBYTECODE, which turns
+# that writing off: it is unset for the tests' processes, whose bytecode goes to this venv
+# and this checkout only.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	-$(BIN)/python -m pip install --quiet "uv>=0.4,<1"
 
-INSTALL = $(BIN)/python -m uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1) \
+WRITE_BYTECODE = env -u PYTHONDONTWRITEBYTECODE
+INSTALL = $(BIN)/python -m uv pip install --quiet $(2) --python $(BIN)/python $(1) \
 	|| $(BIN)/python -m pip install --quiet $(1)
 
 # pkps_core is installed editable (its dependencies are requirements.txt, through
 # pyproject.toml), so `$(BIN)/python -m pkps_core` works from any folder.
 $(VENV)/.runtime: requirements.txt pyproject.toml | $(BIN)/python
-	$(call INSTALL,-e .)
+	$(call INSTALL,-e .,--compile-bytecode)
 	touch $@
 
 $(VENV)/.dev: requirements-dev.txt requirements.txt pyproject.toml | $(BIN)/python
-	$(call INSTALL,-r requirements-dev.txt -e .)
+	$(call INSTALL,-r requirements-dev.txt -e .,)
 	touch $(VENV)/.runtime $@
 
 setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
 
 app: $(VENV)/.runtime
-	$(BIN)/python -m streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \
+	$(WRITE_BYTECODE) $(BIN)/python -m streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \
 		--browser.gatherUsageStats false
 
 # the tests in two processes (pytest-xdist), each test file kept in one of them (its
@@ -50,19 +54,19 @@ COMPILE = $(BIN)/python -m compileall -q pkps_core perspective_app bench tests a
 
 test: $(VENV)/.dev
 	$(COMPILE)
-	$(BIN)/python -m pytest $(XDIST)
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest $(XDIST)
 
 # the quick loop: no browser tests and none marked slow (docs/development.md)
 test-quick: $(VENV)/.dev
 	$(COMPILE)
-	$(BIN)/python -m pytest $(XDIST) -m "not slow and not browser"
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest $(XDIST) -m "not slow and not browser"
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 bench: $(VENV)/.dev
-	$(BIN)/python -m bench
+	$(WRITE_BYTECODE) $(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV)
