@@ -10,30 +10,36 @@ ADDRESS ?= 127.0.0.1
 
 # The packages are installed by uv (from PyPI, into the venv) when it can be had: it fetches
 # and unpacks them side by side. Where uv cannot be installed or fails, pip installs the same
-# requirements. Bytecode: the app's venv (`make app`) gets every module's at install, as pip
-# writes it. The test venv does not (uv spent 42 s of the 44 s of a warm-cache install
-# compiling tens of thousands of modules no test imports, docs/development.md): the tests
-# run with bytecode writing on, so the first process that imports a module writes its
-# bytecode and the others read it. This machine sets PYTHONDONTWRITEBYTECODE, which turns
-# that writing off: it is unset for the tests' processes, whose bytecode goes to this venv
-# and this checkout only.
+# requirements. Then the installed modules' bytecode is written, but for the packages' own
+# test suites and pip's and setuptools' code, which nothing here imports: 11 s on the 2-core
+# machine where uv's --compile-bytecode of every module took 42 s (docs/development.md).
+# This machine sets PYTHONDONTWRITEBYTECODE, so an import never writes bytecode and every
+# process would compile a module without it again: the make targets run Python with it
+# unset, so a module left out is compiled once, by the first process that imports it, into
+# this venv or this checkout.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	-$(BIN)/python -m pip install --quiet "uv>=0.4,<1"
 
 WRITE_BYTECODE = env -u PYTHONDONTWRITEBYTECODE
-INSTALL = $(BIN)/python -m uv pip install --quiet $(2) --python $(BIN)/python $(1) \
+INSTALL = $(BIN)/python -m uv pip install --quiet --python $(BIN)/python $(1) \
 	|| $(BIN)/python -m pip install --quiet $(1)
+SITE_PACKAGES = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# (a file that does not compile is left to the import that needs it: the leading - goes on)
+SITE_COMPILE = -$(BIN)/python -m compileall -q -j 0 -x '/tests?/|/site-packages/(pip|setuptools)/' \
+	$(SITE_PACKAGES) > /dev/null
 
 # pkps_core is installed editable (its dependencies are requirements.txt, through
 # pyproject.toml), so `$(BIN)/python -m pkps_core` works from any folder.
 $(VENV)/.runtime: requirements.txt pyproject.toml | $(BIN)/python
-	$(call INSTALL,-e .,--compile-bytecode)
+	$(call INSTALL,-e .)
+	$(SITE_COMPILE)
 	touch $@
 
 $(VENV)/.dev: requirements-dev.txt requirements.txt pyproject.toml | $(BIN)/python
-	$(call INSTALL,-r requirements-dev.txt -e .,)
+	$(call INSTALL,-r requirements-dev.txt -e .)
+	$(SITE_COMPILE)
 	touch $(VENV)/.runtime $@
 
 setup: $(VENV)/.runtime
