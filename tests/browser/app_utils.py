@@ -115,6 +115,7 @@ class _Launcher:
     def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
         self.lock = threading.Lock()
+        atexit.register(self.close)
 
     def start(self, args: list[str], env: dict[str, str], log: Path) -> ForkedServer | None:
         """Fork a server; None when the launcher cannot (the caller starts one itself)."""
@@ -129,7 +130,6 @@ class _Launcher:
                         stdout=subprocess.PIPE,
                         text=True,
                     )
-                    atexit.register(self.close)
                 request = {"args": args, "env": env, "cwd": str(ROOT), "log": str(log)}
                 self.process.stdin.write(json.dumps(request) + "\n")
                 self.process.stdin.flush()
