@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
+import numpy as np
 import pandas as pd
 
 from pkps_core.records import (
@@ -428,8 +429,7 @@ def _pairedness_frame(found: dict) -> pd.DataFrame:
     """:meth:`Store.pairedness` from its (model, query) codes (``PAIRED_QUERIES_SQL``: the
     pairs, then one row per model with its name): shared counts by one sparse product of
     the models × queries incidence matrix with its transpose, rows in name order."""
-    import numpy as np
-    from scipy import sparse
+    from scipy import sparse  # here: opening a store does not need SciPy
 
     is_name = np.ma.getmaskarray(found["j"])  # NULL query: a model's name row
     i, j = np.ma.getdata(found["i"]), np.ma.getdata(found["j"])
