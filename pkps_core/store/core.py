@@ -17,6 +17,7 @@ from pkps_core.records import (
     check_score_range,
     validate_records,
 )
+from pkps_core.store import host
 from pkps_core.store.arrow import (
     _arrow_table,
     _arrow_to_vectors,
@@ -132,7 +133,7 @@ class Store:
         if not hold and self.path != ":memory:":
             # Each operation opens the file and closes it again: other processes can
             # read and write between two operations (e.g. an ingest while the app runs).
-            self._connection.close()
+            host.release(self._connection)
             self._connection = None
 
     @classmethod
@@ -143,7 +144,7 @@ class Store:
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""
         if self._connection is not None:
-            self._connection.close()
+            host.release(self._connection)
 
     def __enter__(self) -> Store:
         return self
@@ -162,7 +163,7 @@ class Store:
     @contextmanager
     def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         if self._connection is not None:
-            cursor = self._connection.cursor()
+            cursor = host.cursor(self._connection)
             try:
                 yield cursor
             finally:
@@ -172,7 +173,7 @@ class Store:
         try:
             yield connection
         finally:
-            connection.close()
+            host.release(connection)
 
     @property
     def version(self) -> int:

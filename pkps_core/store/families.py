@@ -49,7 +49,8 @@ def _edits(store: Store) -> pd.DataFrame:
     with store._write_lock, store._cursor() as cur:
         if store.read_only:  # a reader creates nothing: no table yet means no edits
             exists = cur.execute(
-                "SELECT count(*) FROM information_schema.tables WHERE table_name = 'family_edits'"
+                "SELECT count(*) FROM information_schema.tables WHERE table_name = 'family_edits' "
+                "AND table_catalog = current_database()"
             ).fetchone()[0]
             if not exists:
                 return pd.DataFrame({"model": pd.Series(dtype=str), "family": pd.Series(dtype=str)})

@@ -75,7 +75,9 @@ def embedders_digest(store: Store) -> str:
 
 def _has_table(cur, name: str) -> bool:
     found = cur.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]
+        "SELECT count(*) FROM information_schema.tables "
+        "WHERE table_name = ? AND table_catalog = current_database()",
+        [name],
     ).fetchone()
     return bool(found and found[0])
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 
 from pkps_core.records import RecordsError
+from pkps_core.store import host
 
 DEFAULT_WAIT = 30.0
 """Seconds a command waits for another process to release a store file."""
@@ -91,7 +92,9 @@ def connect(
 
     ``read_only`` opens an existing file read-only (several processes may read at once);
     within one process that already holds the file read-write, the connection shares that
-    instance. A lock held by another process is waited for up to ``wait`` seconds (None:
+    attachment (:mod:`pkps_core.store.host`: one DuckDB instance per process, the file
+    attached to it; release the connection with :func:`pkps_core.store.host.release`). A
+    lock held by another process is waited for up to ``wait`` seconds (None:
     :func:`default_wait`), calling ``on_wait(message)`` once when the wait starts.
 
     Raises
@@ -104,14 +107,12 @@ def connect(
     announced = False
     while True:
         try:
-            connection = duckdb.connect(path, read_only=read_only)
-            break
-        except duckdb.ConnectionException as exc:
-            # Open read-write in this process already: share that instance.
-            if read_only and "different configuration" in str(exc):
-                connection = duckdb.connect(path)
-                break
-            raise StoreError(f"cannot open the store {path}: {_first_line(exc)}") from None
+            return host.attach(path, read_only)
+        except host.FileInUseHere:
+            raise StoreError(
+                f"cannot open the store {path} for writing: this process has it open "
+                "read-only; close that reader first"
+            ) from None
         except duckdb.IOException as exc:
             message = str(exc)
             if _is_os_failure(exc):
@@ -137,7 +138,8 @@ def connect(
                 )
                 announced = True
             time.sleep(POLL_SECONDS)
-    return connection
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot open the store {path}: {_first_line(exc)}") from None
 
 
 def check_is_store(connection: duckdb.DuckDBPyConnection, path: str) -> None:
@@ -145,11 +147,12 @@ def check_is_store(connection: duckdb.DuckDBPyConnection, path: str) -> None:
     tables = {
         name
         for (name,) in connection.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_catalog = current_database() AND table_schema = 'main'"
         ).fetchall()
     }
     if tables and not STORE_TABLES <= tables:
-        connection.close()
+        host.release(connection)
         shown = ", ".join(sorted(tables)[:5])
         raise StoreError(
             f"{path} is a DuckDB database but not a Perspective Explorer store (its tables: "
