@@ -137,3 +137,24 @@ def test_a_forked_child_starts_without_the_parents_files(tmp_path):
         os.waitpid(pid, 0)
         assert answer == b"1"
         assert store.summary()["responses"] == 1
+
+
+def test_threads_opening_and_closing_at_once_leave_nothing_attached(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = [tmp_path / "h.duckdb", tmp_path / "i.duckdb"]
+    for path in paths:
+        with Store(path) as store:
+            store.ingest(_frame(["m1", "m2"]))
+
+    def read(k: int) -> int:
+        # the app's way on one file, readers on the other (a writer next to a reader in
+        # one process is refused: the test above)
+        store = Store(paths[k % 2], hold=False, read_only=k % 2 == 1)
+        return sum(store.summary()["responses"] for _ in range(5))
+
+    with ThreadPoolExecutor(8) as pool:
+        totals = list(pool.map(read, range(64)))
+    assert totals == [10] * 64
+    assert host.attached_files() == {}
+    assert all(_other_process_writes(path).returncode == 0 for path in paths)

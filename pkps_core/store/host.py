@@ -27,6 +27,8 @@ import itertools
 import os
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
@@ -49,7 +51,8 @@ class _Registry:
         self.host: duckdb.DuckDBPyConnection | None = None
         self.attached: dict[str, _Attached] = {}
         self.finalizers: dict[int, weakref.finalize] = {}
-        self.pending: list[str] = []  # releases that found the lock held
+        self.owner: int | None = None  # the thread holding ``lock``
+        self.pending: list[str] = []  # releases deferred by the lock's own holder
         self.aliases = itertools.count()
         self.gone = False  # the registry of the process this one was forked from
 
@@ -84,28 +87,24 @@ def attach(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     """
     registry = _REGISTRY
     key = os.path.realpath(path)
-    with registry.lock:
-        try:
-            if registry.host is None:
-                registry.host = duckdb.connect(":memory:")
-            entry = registry.attached.get(key)
-            if entry is None:
-                alias = f"pkps_store_{next(registry.aliases)}"
-                options = "READ_ONLY, TYPE DUCKDB" if read_only else "TYPE DUCKDB"
-                with registry.host.cursor() as cursor:
-                    cursor.execute(f"ATTACH ? AS {alias} ({options})", [path])
-                entry = registry.attached[key] = _Attached(alias, read_only)
-            elif entry.read_only and not read_only:
-                raise FileInUseHere(key)
-            connection = registry.host.cursor()
-            connection.execute(f"USE {entry.alias}")
-            entry.users += 1
-            registry.finalizers[id(connection)] = weakref.finalize(
-                connection, _released, registry, key
-            )
-        finally:
-            _drain(registry)
-    _drain_if_pending(registry)
+    with _holding(registry):
+        if registry.host is None:
+            registry.host = duckdb.connect(":memory:")
+        entry = registry.attached.get(key)
+        if entry is None:
+            alias = f"pkps_store_{next(registry.aliases)}"
+            options = "READ_ONLY, TYPE DUCKDB" if read_only else "TYPE DUCKDB"
+            with registry.host.cursor() as cursor:
+                cursor.execute(f"ATTACH ? AS {alias} ({options})", [path])
+            entry = registry.attached[key] = _Attached(alias, read_only)
+        elif entry.read_only and not read_only:
+            raise FileInUseHere(key)
+        connection = registry.host.cursor()
+        connection.execute(f"USE {entry.alias}")
+        entry.users += 1
+        registry.finalizers[id(connection)] = weakref.finalize(
+            connection, _released, registry, key, id(connection)
+        )
     return connection
 
 
@@ -136,31 +135,32 @@ def _quoted(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-def _released(registry: _Registry, key: str) -> None:
-    # called once per connection: by release(), or when the connection is collected
-    # (possibly inside this module's locked region, hence the non-blocking acquire)
+@contextmanager
+def _holding(registry: _Registry) -> Iterator[None]:
+    """The registry's lock; releases deferred while it is held (a connection collected
+    inside the region, on this thread) are done before it is let go."""
+    with registry.lock:
+        registry.owner = threading.get_ident()
+        try:
+            yield
+        finally:
+            while registry.pending:
+                _detach_one(registry, registry.pending.pop())
+            registry.owner = None
+
+
+def _released(registry: _Registry, key: str, connection_id: int) -> None:
+    # called once per connection: by release(), or when the connection is collected,
+    # which may happen on the thread that holds the lock, inside the locked region: that
+    # release waits for the region's end instead of for the lock (it would never come)
+    registry.finalizers.pop(connection_id, None)
     if registry.gone:
         return
-    if registry.lock.acquire(blocking=False):
-        try:
-            _detach_one(registry, key)
-            _drain(registry)
-        finally:
-            registry.lock.release()
-        _drain_if_pending(registry)
-    else:
+    if registry.owner == threading.get_ident():
         registry.pending.append(key)
-
-
-def _drain(registry: _Registry) -> None:
-    while registry.pending:
-        _detach_one(registry, registry.pending.pop())
-
-
-def _drain_if_pending(registry: _Registry) -> None:
-    if registry.pending:
-        with registry.lock:
-            _drain(registry)
+        return
+    with _holding(registry):
+        _detach_one(registry, key)
 
 
 def _detach_one(registry: _Registry, key: str) -> None:
