@@ -33,6 +33,13 @@ os.environ.setdefault("PKPS_UMAP_WARMUP", "0")
 # runs 51.6 s before, 44.5 s after). The app itself compiles at numba's default level.
 os.environ.setdefault("NUMBA_OPT", "0")
 
+# The tests run the library as the project's programs do (the `pkps` command and the app
+# call this at their start): glibc's malloc keeps freed memory for the next temporary
+# (pkps_core.space.runtime.keep_freed_memory; bench/malloc_pad.py).
+from pkps_core.space.runtime import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()
+
 
 def _wait_for_the_script_thread() -> None:
     """AppTest's wait for a script run (``streamlit.testing.v1.local_script_runner.

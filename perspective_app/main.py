@@ -13,6 +13,7 @@ file; the sidebar switches stores at run time.
 import streamlit as st
 
 from perspective_app import shared
+from pkps_core.space.runtime import keep_freed_memory
 
 
 def run() -> None:
@@ -22,6 +23,10 @@ def run() -> None:
     st.set_page_config(
         page_title="Perspective Explorer", page_icon=":material/explore:", layout="wide"
     )
+    try:  # the fits' temporaries reuse freed memory (pkps_core.space.runtime)
+        keep_freed_memory()
+    except ValueError as exc:  # a mistyped PKPS_MALLOC_PAD_MB: said, and the app runs on
+        st.warning(str(exc))
     navigation = shared.navigation()
     shared.sidebar()
     try:

@@ -34,6 +34,7 @@ from pkps_core.cli_scale import add_engine_arguments, add_export_parser, engine_
 from pkps_core.outputs import check_writable, os_error_message, write_table
 from pkps_core.records import RecordsError, check_score_range
 from pkps_core.space.kernels import RESPONSE_KERNEL_CHOICES
+from pkps_core.space.runtime import keep_freed_memory
 from pkps_core.text import terminal_safe, terminal_safe_frame
 
 
@@ -375,6 +376,7 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
     parser = parser or build_parser()
     args = parser.parse_args(argv)
     try:
+        keep_freed_memory()  # a fit's temporaries reuse freed memory (runtime.py)
         return args.run(args)
     except (RecordsError, ValueError) as exc:
         return _error(str(exc))

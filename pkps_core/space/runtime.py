@@ -6,7 +6,9 @@ after each product, and on a machine with few cores they slow any other threads 
 meanwhile. The BLAS limit is process-wide by nature (it is the library's setting), so it
 is reference-counted: concurrent fits share one limit and the last one out restores it;
 nobody waits for another's work. Large scratch buffers are recycled through
-:func:`borrow_buffer`, because a fresh one costs page faults on first touch.
+:func:`borrow_buffer`, because a fresh one costs page faults on first touch; for the same
+reason the project's programs (the ``pkps`` command, the app, the tests) ask glibc's
+``malloc`` to keep freed memory for reuse (:func:`keep_freed_memory`).
 
 Measured limitation: OpenBLAS (0.3.30/0.3.31 here) ignores ``openblas_set_num_threads``
 called from a thread other than the main one once its own worker threads have run, so a
@@ -16,6 +18,9 @@ results are the same, only the threads compete.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import platform
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -35,6 +40,14 @@ _LIMIT_DEPTH = 0
 _LIMITER = None
 _UNLIMITED_THREADS = 1
 _IDLE_BUFFERS: list[np.ndarray] = []
+
+# glibc's malloc padding (keep_freed_memory): the environment variable that overrides it
+MALLOC_PAD_ENV = "PKPS_MALLOC_PAD_MB"
+DEFAULT_MALLOC_PAD_MB = 256
+_M_TOP_PAD = -2  # mallopt's parameter numbers in glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's largest (its dynamic threshold's ceiling)
+_MALLOC_PAD_BYTES = 0  # what keep_freed_memory set in this process
 
 
 def _controller() -> ThreadpoolController:
@@ -198,6 +211,78 @@ class WorkerPool:
         executor = getattr(self, "_executor", None)
         if executor is not None:
             executor.shutdown(wait=False)
+
+
+def keep_freed_memory(megabytes: int | None = None) -> int:
+    """Have glibc's ``malloc`` keep up to ``megabytes`` of freed memory for reuse, for the
+    rest of the process; returns the bytes set (0: nothing set).
+
+    By default glibc gives the top of its heap back to the kernel as soon as 128 KiB there
+    are free, and serves a request over its mmap threshold (128 KiB at first, moved up to
+    the size of the last such block freed, 32 MiB at most) from a fresh mapping: a fit
+    allocates and frees temporaries of megabytes thousands of times, and every page of each
+    fresh one is a page fault in which the kernel hands over a zeroed page. This sets
+    ``M_MMAP_THRESHOLD`` to that 32 MiB at once (smaller blocks come from the heap) and
+    ``M_TOP_PAD`` to ``megabytes`` (the heap grows by that much more at once, and keeps that
+    much free at its top when it shrinks; a thread's arena keeps the same), so such a
+    temporary is served from pages already mapped. ``bench/malloc_pad.py`` measures it
+    (the table is in ``docs/development.md``): the page faults of the synthetic study of
+    ``tests/test_claims.py`` fall about sixfold, with the same peak memory. The memory kept
+    stays the process's, for its own reuse, until it exits.
+
+    The project's programs call this at their start (``pkps`` / ``python -m pkps_core``,
+    the app, the tests); the library does not on import, so a program that embeds it
+    keeps its own ``malloc`` settings. ``megabytes`` defaults to the environment variable
+    :data:`MALLOC_PAD_ENV` (``PKPS_MALLOC_PAD_MB``), else :data:`DEFAULT_MALLOC_PAD_MB`;
+    0 sets nothing. Nothing is set where the C library is not glibc.
+
+    Raises
+    ------
+    ValueError
+        ``megabytes`` or ``PKPS_MALLOC_PAD_MB`` is not a whole number from 0 to 2047.
+    """
+    global _MALLOC_PAD_BYTES
+    from_env, given = megabytes is None, megabytes
+    if from_env:
+        given = os.environ.get(MALLOC_PAD_ENV, "").strip() or DEFAULT_MALLOC_PAD_MB
+    try:
+        megabytes = int(given)
+    except (TypeError, ValueError):
+        megabytes = -1
+    if not 0 <= megabytes < 2048:  # mallopt takes an int of bytes
+        where = f"{MALLOC_PAD_ENV}=" if from_env else "megabytes="
+        raise ValueError(
+            f"{where}{given!r}: give a whole number of megabytes from 0 to 2047 (0 leaves "
+            "malloc's settings alone)"
+        )
+    pad = megabytes << 20
+    with _STATE_LOCK:
+        if pad == 0 or pad == _MALLOC_PAD_BYTES:
+            return _MALLOC_PAD_BYTES
+        if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+            return _MALLOC_PAD_BYTES
+        try:
+            libc = ctypes.CDLL(None)
+            # the threshold first: each call fixes what glibc would otherwise move
+            libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(MMAP_THRESHOLD_BYTES))
+            applied = libc.mallopt(_M_TOP_PAD, ctypes.c_int(pad)) == 1
+            if applied:
+                # a block just under the threshold, taken and given back: where the heap's
+                # top is short of it, the heap grows by it and the pad now (address space
+                # only: no page is touched), so the next large temporary fits there
+                libc.malloc.restype = ctypes.c_void_p
+                libc.free.argtypes = [ctypes.c_void_p]
+                libc.free(libc.malloc(ctypes.c_size_t(MMAP_THRESHOLD_BYTES - (1 << 20))))
+        except (OSError, AttributeError):  # no mallopt in this C library
+            applied = False
+        if applied:
+            _MALLOC_PAD_BYTES = pad
+        return _MALLOC_PAD_BYTES
+
+
+def malloc_pad_bytes() -> int:
+    """What :func:`keep_freed_memory` set in this process (0: nothing)."""
+    return _MALLOC_PAD_BYTES
 
 
 def peak_rss_bytes() -> int:
