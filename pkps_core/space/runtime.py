@@ -215,7 +215,7 @@ class WorkerPool:
 
 def keep_freed_memory(megabytes: int | None = None) -> int:
     """Have glibc's ``malloc`` keep up to ``megabytes`` of freed memory for reuse, for the
-    rest of the process; returns the bytes set (0: nothing set).
+    rest of the process; returns the pad in effect, in bytes (0: none set).
 
     By default glibc gives the top of its heap back to the kernel as soon as 128 KiB there
     are free, and serves a request over its mmap threshold (128 KiB at first, moved up to
