@@ -14,7 +14,7 @@ rows scrolled into view. On the demo store no cell is cut, not even in columns c
 from __future__ import annotations
 
 import pytest
-from app_utils import go_to, wait_for_app
+from app_utils import SCRIPT_TIMEOUT_MS, go_to, wait_for_app
 
 pytestmark = pytest.mark.browser
 
@@ -85,9 +85,30 @@ def _open_everything(page) -> None:
     wait_for_app(page)
 
 
+# Every shown grid's canvas with its props: the grids draw after the script run ends.
+DRAWN = """() => Array.from(document.querySelectorAll("[data-testid='stDataFrame']"))
+    .filter(frame => frame.offsetParent !== null)
+    .every(frame => {
+        const canvas = frame.querySelector("canvas[data-testid='data-grid-canvas']");
+        return canvas && Object.keys(canvas).some(k => k.startsWith("__reactFiber"));
+    })"""
+
+
 def _measure(page, title: str, seen: dict) -> None:
-    page.wait_for_timeout(800)  # the grids draw after the script run ends
-    for grid in page.evaluate(MEASURE, HEADER_MENU):
+    """Measure the shown grids once they are drawn and their columns have settled: two
+    measurements 150 ms apart that agree (a fixed 800 ms wait before: 34 against 25 s for
+    the test alone, the same tables and cells measured)."""
+    page.wait_for_function(DRAWN, timeout=SCRIPT_TIMEOUT_MS)
+    grids = page.evaluate(MEASURE, HEADER_MENU)
+    for _ in range(20):
+        page.wait_for_timeout(150)
+        again = page.evaluate(MEASURE, HEADER_MENU)
+        if again == grids:
+            break
+        grids = again
+    else:
+        raise AssertionError(f"{title}: the tables' columns kept changing for 3 s")
+    for grid in grids:
         seen.setdefault((title, tuple(grid["columns"])), grid)
 
 
@@ -119,6 +140,7 @@ def test_no_table_header_or_cell_is_clipped_on_any_page(demo_server, new_session
                 wait_for_app(page)
                 _open_everything(page)
             _measure(page, title, seen)
+    print(f"\n{len(seen)} tables, {sum(g['cells'] for g in seen.values())} cells measured")
     pages = {title for title, _ in seen}
     assert pages == set(PAGES), f"tables seen on {sorted(pages)} only"
     assert len(seen) >= 15, f"only {len(seen)} tables seen: {list(seen)}"
