@@ -9,7 +9,7 @@ from sklearn.base import clone
 
 from pkps_core.space import PerspectiveSpace, classical_mds, zhu_ghodsi_elbows
 from pkps_core.space.affinity import AffinityEngine
-from pkps_core.space.estimator import PARAMETERS
+from pkps_core.space.estimator import PARAMETERS, median_positive_distance
 from pkps_core.synthetic import make_synthetic
 
 
@@ -303,3 +303,30 @@ def test_clone_shares_a_live_client_and_copies_the_rest():
     assert {k: v for k, v in copied.get_params().items() if k != "client"} == {
         k: v for k, v in space.get_params().items() if k != "client"
     }
+
+
+def _numpy_median_distance(vectors: np.ndarray) -> float:
+    from scipy.spatial.distance import pdist
+
+    distances = pdist(vectors)
+    positive = distances[distances > 0]
+    return float(np.median(positive)) if positive.size else 1.0
+
+
+@pytest.mark.parametrize("rows", [2, 3, 4, 5, 40, 41, 300])
+def test_median_positive_distance_is_numpys_median_exactly(rows):
+    """The median bandwidth heuristic's value, bit for bit, with even and odd counts of
+    positive distances, with zeros (duplicated rows) and with ties (rounded values)."""
+    rng = np.random.default_rng(rows)
+    plain = rng.standard_normal((rows, 7))
+    duplicated = np.repeat(plain[: max(1, rows // 3)], 3, axis=0)[:rows]
+    rounded = np.round(rng.standard_normal((rows, 3)), 1)
+    for vectors in (plain, duplicated, rounded):
+        assert median_positive_distance(vectors) == _numpy_median_distance(vectors)
+
+
+def test_median_positive_distance_without_positive_distances_or_with_nan():
+    assert median_positive_distance(np.zeros((6, 4))) == 1.0
+    vectors = np.random.default_rng(0).standard_normal((20, 3))
+    vectors[4, 1] = np.nan
+    assert median_positive_distance(vectors) == _numpy_median_distance(vectors)
