@@ -48,6 +48,7 @@ _M_TOP_PAD = -2  # mallopt's parameter numbers in glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's largest (its dynamic threshold's ceiling)
 _MALLOC_PAD_BYTES = 0  # what keep_freed_memory set in this process
+_MALLOC_ASKED = 0  # the last pad it tried, set or not (the app asks at every script run)
 
 
 def _controller() -> ThreadpoolController:
@@ -241,7 +242,7 @@ def keep_freed_memory(megabytes: int | None = None) -> int:
     ValueError
         ``megabytes`` or ``PKPS_MALLOC_PAD_MB`` is not a whole number from 0 to 2047.
     """
-    global _MALLOC_PAD_BYTES
+    global _MALLOC_PAD_BYTES, _MALLOC_ASKED
     from_env, given = megabytes is None, megabytes
     if from_env:
         given = os.environ.get(MALLOC_PAD_ENV, "").strip() or DEFAULT_MALLOC_PAD_MB
@@ -257,8 +258,9 @@ def keep_freed_memory(megabytes: int | None = None) -> int:
         )
     pad = megabytes << 20
     with _STATE_LOCK:
-        if pad == 0 or pad == _MALLOC_PAD_BYTES:
+        if pad == 0 or pad == _MALLOC_ASKED:  # tried already: the C library is not asked again
             return _MALLOC_PAD_BYTES
+        _MALLOC_ASKED = pad
         if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
             return _MALLOC_PAD_BYTES
         try:
