@@ -12,6 +12,8 @@ Zeng and Papailiopoulos (2026), BenchPress; PKPS appendix "Baselines" and "Regre
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.special import expit
 
@@ -146,6 +148,19 @@ def _solve_planes(gram: dict[tuple[int, int], np.ndarray], rhs: np.ndarray) -> n
     return np.moveaxis(_solve_spd(full, np.moveaxis(rhs, 0, -1)), -1, 0)
 
 
+@functools.cache
+def _upper_pairs(k: int) -> tuple[np.ndarray, np.ndarray, tuple[tuple[int, int], ...]]:
+    """``np.triu_indices(k)`` and its pairs, made once per ``k`` (read-only arrays).
+
+    ``_shared_ridge`` runs tens of thousands of times on a leaderboard's calibration with
+    the same few ``k``; the indices cost more than the small planes' products.
+    """
+    upper_i, upper_j = np.triu_indices(k)
+    upper_i.setflags(write=False)
+    upper_j.setflags(write=False)
+    return upper_i, upper_j, tuple(zip(upper_i.tolist(), upper_j.tolist(), strict=True))
+
+
 def _shared_ridge(
     weight: np.ndarray, target: np.ndarray, other: np.ndarray, mu: np.ndarray, lam: float
 ) -> np.ndarray:
@@ -173,7 +188,7 @@ def _shared_ridge(
     ndarray (k, p, n, i): ``[bias_n, factors_n]``.
     """
     k = other.shape[0]
-    upper_i, upper_j = np.triu_indices(k)  # the first k: the row of 1
+    upper_i, upper_j, pairs = _upper_pairs(k)  # the first k: the row of 1
     m = len(upper_i)
     design = other.copy()
     design[0] = 1.0
@@ -184,7 +199,6 @@ def _shared_ridge(
     rhs = np.matmul(target, design)
     rhs -= left[m:]
     rhs -= mu[:, None, :] * left[:k]
-    pairs = zip(upper_i.tolist(), upper_j.tolist(), strict=True)
     gram = {pair: left[index] for index, pair in enumerate(pairs)}
     for j in range(k):
         gram[(j, j)] = gram[(j, j)] + lam
