@@ -14,13 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from alerts import detail, headline
-from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
-from streamlit.testing.v1 import app_test as app_test_module
 
 from perspective_app import shared
 from perspective_app.shared.store import RUN_VERSION_KEY
-from pkps_core.demo import DATA_DIR_ENV, DEMO_SETTINGS, ensure_demo_store
+from pkps_core.demo import DATA_DIR_ENV, DEMO_SETTINGS
 from pkps_core.predict import OUTPUT_COLUMNS
 from pkps_core.store import Store
 from pkps_core.synthetic import make_synthetic
@@ -59,13 +57,6 @@ def _errors(at: AppTest) -> list[str]:
 def _store_state(path: Path) -> tuple[str, int, int]:
     with Store(path) as store:
         return store.content_hash(), store.version, store.summary()["models"]
-
-
-@pytest.fixture
-def demo_store(tmp_path, monkeypatch) -> Path:
-    path = ensure_demo_store(tmp_path / "demo.duckdb")
-    monkeypatch.setenv(shared.STORE_ENV, str(path))
-    return path
 
 
 @pytest.fixture
@@ -379,21 +370,6 @@ def test_picking_models_lists_neighbours_and_responses(demo_store):
 
 
 # ---------------------------------------------------------------------- predictions
-
-
-@pytest.fixture
-def recorded_downloads(monkeypatch) -> dict[str, bytes]:
-    """File name → bytes of every static download the app registers during a run."""
-    files: dict[str, bytes] = {}
-
-    class Recording(MemoryMediaFileStorage):
-        def load_and_get_id(self, path_or_data, mimetype, kind, filename=None):
-            if filename and isinstance(path_or_data, bytes):
-                files[filename] = path_or_data
-            return super().load_and_get_id(path_or_data, mimetype, kind, filename)
-
-    monkeypatch.setattr(app_test_module, "MemoryMediaFileStorage", Recording)
-    return files
 
 
 @pytest.mark.slow

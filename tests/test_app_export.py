@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run_in_process
-from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
-from streamlit.testing.v1 import app_test as app_test_module
 
 from perspective_app import shared
 from pkps_core import report as reports
@@ -135,19 +133,11 @@ def test_report_cli_without_a_browser_fails_in_one_line(demo_store, tmp_path):
 
 @pytest.mark.slow
 @needs_png
-def test_new_model_page_offers_the_pngs(demo_store, monkeypatch):
+def test_new_model_page_offers_the_pngs(demo_store, monkeypatch, recorded_downloads):
     path, folder = demo_store
     monkeypatch.setenv(shared.STORE_ENV, str(path))
     monkeypatch.setenv(DATA_DIR_ENV, str(folder))
-    files: dict[str, bytes] = {}
-
-    class Recording(MemoryMediaFileStorage):
-        def load_and_get_id(self, path_or_data, mimetype, kind, filename=None):
-            if filename and isinstance(path_or_data, bytes):
-                files[filename] = path_or_data
-            return super().load_and_get_id(path_or_data, mimetype, kind, filename)
-
-    monkeypatch.setattr(app_test_module, "MemoryMediaFileStorage", Recording)
+    files = recorded_downloads
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600).run()
     at.switch_page(PAGE).run()
     assert not [b for b in at.get("download_button") if "PNG" in b.proto.label]

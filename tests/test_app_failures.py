@@ -15,7 +15,6 @@ from streamlit.testing.v1 import AppTest
 
 from perspective_app import shared
 from pkps_core import views
-from pkps_core.demo import ensure_demo_store
 from pkps_core.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,11 +31,10 @@ def _app() -> AppTest:
 
 
 @pytest.fixture
-def demo_store(tmp_path, monkeypatch) -> Path:
-    path = ensure_demo_store(tmp_path / "demo.duckdb")
-    monkeypatch.setenv(shared.STORE_ENV, str(path))
-    monkeypatch.setenv("PKPS_DATA_DIR", str(tmp_path))  # the store folder of these tests
-    return path
+def demo_store(demo_store, tmp_path, monkeypatch) -> Path:
+    """The shared demo store, with the test's folder as the store folder."""
+    monkeypatch.setenv("PKPS_DATA_DIR", str(tmp_path))
+    return demo_store
 
 
 def test_a_store_outside_the_store_folder_is_refused_and_not_created(demo_store, tmp_path):

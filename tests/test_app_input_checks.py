@@ -9,20 +9,11 @@ from alerts import details, headline
 from new_model_uploads import UPLOADED
 from streamlit.testing.v1 import AppTest
 
-from perspective_app import shared
-from pkps_core.demo import ensure_demo_store
 from pkps_core.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 TIMEOUT = 600
-
-
-@pytest.fixture
-def demo_store(tmp_path, monkeypatch) -> Path:
-    path = ensure_demo_store(tmp_path / "demo.duckdb")
-    monkeypatch.setenv(shared.STORE_ENV, str(path))
-    return path
 
 
 def scored_upload(store: Path) -> pd.DataFrame:

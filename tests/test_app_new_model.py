@@ -13,20 +13,13 @@ from new_model_uploads import UPLOADED, twenty_unscored_responses
 from streamlit.testing.v1 import AppTest
 
 from perspective_app import shared
-from pkps_core.demo import DEMO_SETTINGS, ensure_demo_store
+from pkps_core.demo import DEMO_SETTINGS
 from pkps_core.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 PAGE = "perspective_app/app_pages/new_model.py"
 TIMEOUT = 600
-
-
-@pytest.fixture
-def demo_store(tmp_path, monkeypatch) -> Path:
-    path = ensure_demo_store(tmp_path / "demo.duckdb")
-    monkeypatch.setenv(shared.STORE_ENV, str(path))
-    return path
 
 
 def _length(value) -> int:

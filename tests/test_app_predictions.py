@@ -7,39 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
-from streamlit.testing.v1 import app_test as app_test_module
 
 from perspective_app import shared
-from pkps_core.demo import ensure_demo_store
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 TIMEOUT = 600
-
-
-@pytest.fixture
-def demo_store(tmp_path, monkeypatch) -> Path:
-    path = ensure_demo_store(tmp_path / "demo.duckdb")
-    monkeypatch.setenv(shared.STORE_ENV, str(path))
-    return path
-
-
-@pytest.fixture
-def recorded_downloads(monkeypatch) -> dict[str, bytes]:
-    """File name → bytes of every download registered with its data during a run (a
-    download generated on click is registered without bytes and is not recorded)."""
-    files: dict[str, bytes] = {}
-
-    class Recording(MemoryMediaFileStorage):
-        def load_and_get_id(self, path_or_data, mimetype, kind, filename=None):
-            if filename and isinstance(path_or_data, bytes):
-                files[filename] = path_or_data
-            return super().load_and_get_id(path_or_data, mimetype, kind, filename)
-
-    monkeypatch.setattr(app_test_module, "MemoryMediaFileStorage", Recording)
-    return files
 
 
 def _predict(at: AppTest, methods: list[str], targets: list[str]) -> AppTest:

@@ -22,7 +22,6 @@ from streamlit.testing.v1 import AppTest
 from perspective_app import shared
 from perspective_app.shared import background
 from pkps_core import views
-from pkps_core.demo import ensure_demo_store
 from pkps_core.views import comparison
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,13 +33,6 @@ def _array(value) -> np.ndarray:
     if isinstance(value, dict) and "bdata" in value:
         return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
     return np.asarray(value, dtype=float)
-
-
-@pytest.fixture
-def demo_store(tmp_path, monkeypatch) -> Path:
-    path = ensure_demo_store(tmp_path / "demo.duckdb")
-    monkeypatch.setenv(shared.STORE_ENV, str(path))
-    return path
 
 
 def _space(store: Path) -> AppTest:

@@ -10,20 +10,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from perspective_app import shared
-from pkps_core.demo import ensure_demo_store
 from pkps_core.space import RESPONSE_KERNEL_NOTE
 from pkps_core.views.new_model import run_status
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 TIMEOUT = 600
-
-
-@pytest.fixture
-def demo_store(tmp_path, monkeypatch) -> Path:
-    path = ensure_demo_store(tmp_path / "demo.duckdb")
-    monkeypatch.setenv(shared.STORE_ENV, str(path))
-    return path
 
 
 @pytest.mark.slow

@@ -15,20 +15,12 @@ from streamlit.testing.v1 import AppTest
 
 from perspective_app import shared
 from pkps_core import views
-from pkps_core.demo import ensure_demo_store
 from pkps_core.space.kernels import ResponseLayout
 from pkps_core.space.pairwise import pairwise_sums
 from pkps_core.space.sums import DEFAULT_BLOCK_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-
-
-@pytest.fixture
-def demo_store(tmp_path, monkeypatch) -> Path:
-    path = ensure_demo_store(tmp_path / "demo.duckdb")
-    monkeypatch.setenv(shared.STORE_ENV, str(path))
-    return path
 
 
 @pytest.mark.slow
