@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import threading
 from pathlib import Path
 
@@ -18,8 +19,8 @@ from pkps_core.synthetic import make_synthetic
 PACKAGE_DIR = Path(pkps_core.__file__).resolve().parent
 APP_DIR = Path(perspective_app.__file__).resolve().parent
 MAX_LINES = 500
-# Lower layers never import higher ones (STYLE.md: records → store/importers → space →
-# methods → trust → predict → protocols → views → pages). Same-layer imports are allowed.
+# Lower layers never import higher ones (docs/reference/layout.md, "Layers", says the same:
+# keep the two in step). Same-layer imports are allowed.
 LAYERS = [
     {"records", "text", "outputs", "reading", "lazy"},
     {"embed", "synthetic", "itemsim"},
@@ -343,8 +344,28 @@ def test_layout_page_lists_every_module_once():
         if p.name != "__init__.py"
     }
     assert sorted(expected - listed) == []  # modules the Layout does not show
-    others = {"app.py", "conftest.py", "pkps_core/__init__.py", "perspective_app/__init__.py"}
+    others = {
+        "app.py",
+        "conftest.py",
+        "tests/conftest.py",
+        "pkps_core/__init__.py",
+        "perspective_app/__init__.py",
+    }
     assert sorted(listed - expected - others) == []  # lines naming no module
+
+
+def test_layers_page_lists_the_layers_the_imports_are_checked_against():
+    """docs/reference/layout.md's "Layers" is LAYERS, layer for layer (a name ending in
+    ``*`` stands for every module of the layer starting so)."""
+    page = (PACKAGE_DIR.parent / "docs" / "reference" / "layout.md").read_text(encoding="utf-8")
+    section = page.split("## Layers", 1)[1]
+    items = [line for line in section.splitlines() if re.match(r"\d+\. ", line)]
+    written = [re.findall(r"`([\w*]+)`", line.split(" — ")[0]) for line in items]
+    assert len(written) == len(LAYERS)
+    for names, layer in zip(written, LAYERS, strict=True):
+        stars = [n[:-1] for n in names if n.endswith("*")]
+        covered = {n for n in layer if any(n.startswith(s) for s in stars)}
+        assert {n for n in names if not n.endswith("*")} | covered == layer, (names, layer)
 
 
 def test_the_cli_starts_without_the_numerics():
