@@ -58,9 +58,12 @@ XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile
 # dozens of processes (app servers, commands), each of which would otherwise compile them
 COMPILE = $(BIN)/python -m compileall -q pkps_core perspective_app bench tests app.py > /dev/null
 
+# the whole suite; it ends with its slowest DURATIONS tests, so every run (CI's too) says
+# where the time went (DURATIONS=0: every test's time)
+DURATIONS ?= 20
 test: $(VENV)/.dev
 	$(COMPILE)
-	$(WRITE_BYTECODE) $(BIN)/python -m pytest $(XDIST)
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest $(XDIST) --durations=$(DURATIONS)
 
 # the quick loop: no browser tests and none marked slow (docs/development.md)
 test-quick: $(VENV)/.dev
