@@ -53,7 +53,7 @@ def _kept_fit(args: argparse.Namespace, records: pd.DataFrame):
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from pkps_core.predict import predict, reference_is_sample
+    from pkps_core.predict import predict, reference_is_sample, self_pairs_setting
     from pkps_core.protocols.masks import mask_targets
     from pkps_core.views import mae_caption, mae_table, prediction_export
 
@@ -92,7 +92,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         "response_kernel": args.response_kernel,
         "budget": args.budget if args.targets else None,
         "seed": args.seed,
-        "self_pairs": args.self_pairs,
+        "self_pairs": self_pairs_setting(space_params(args), bool(args.targets)),
     }
     write_table(
         prediction_export(predictions, targets=args.targets or (), settings=settings), args.out

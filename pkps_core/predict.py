@@ -52,6 +52,16 @@ OUTPUT_COLUMNS = (
 )
 
 
+def self_pairs_setting(space_params: dict | None, targets: bool) -> str:
+    """The spaces' ``self_pairs`` of a run: the caller's choice, else ``"exclude"`` when
+    the run has targets (their budgets differ from the references') and ``"include"``
+    (Eq. 1 as written) when not — what an export records as the run's setting."""
+    chosen = (space_params or {}).get("self_pairs")
+    if chosen is not None:
+        return str(chosen)
+    return "exclude" if targets else "include"
+
+
 def build_context(
     records: pd.DataFrame,
     *,
@@ -92,7 +102,7 @@ def build_context(
     if target_mask is not None and target_mask.any():
         # unequal budgets (dense references, thin targets): the U-statistic, unbiased at
         # any budget, unless the caller chose (docs/results/self-pairs.md: the measurement)
-        space_params.setdefault("self_pairs", "exclude")
+        space_params["self_pairs"] = self_pairs_setting(space_params, targets=True)
         # the shadows choose the bandwidth for the targets' budget; thin targets may need
         # a wider query kernel than the references' own cross-validation ever picks
         space_params.setdefault("bandwidth_grid", TARGET_BANDWIDTH_GRID)

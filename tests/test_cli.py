@@ -67,6 +67,7 @@ def test_synth_then_predict_writes_every_cell_and_method(synth_csv, tmp_path):
     mae = (frame.prediction - frame.reference_score).abs().groupby(frame.method).mean()
     assert mae["pkps"] < mae["dkps"]
     assert "MAE against reference_score" in done.stdout
+    assert set(frame["self_pairs"]) == {"include"}  # Eq. (1) as written: no targets
 
 
 def test_parquet_output_and_targets(synth_csv, tmp_path):
@@ -87,6 +88,8 @@ def test_parquet_output_and_targets(synth_csv, tmp_path):
     assert done.returncode == 0, done.stderr
     frame = pd.read_parquet(out)
     assert set(frame.method) == {"pkps"} and len(frame) == 720
+    # the setting the run used is written, the default included: targets mean the U-statistic
+    assert set(frame["self_pairs"]) == {"exclude"}
 
 
 def _one_line_error(done, *needles):

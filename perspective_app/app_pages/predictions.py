@@ -7,7 +7,7 @@ import streamlit as st
 
 from perspective_app import shared
 from pkps_core import trust, views
-from pkps_core.predict import METHODS
+from pkps_core.predict import METHODS, self_pairs_setting
 from pkps_core.records import RecordsError
 from pkps_core.space import RESPONSE_KERNEL_CHOICES, RESPONSE_KERNEL_NOTE
 from pkps_core.views.figures import per_task_bars
@@ -173,7 +173,7 @@ predictions = views.prediction_export(
         "response_kernel": settings["response_kernel"],
         "budget": key.budget if settings["targets"] else None,
         "seed": 0,
-        "self_pairs": None,  # the default: exclude with targets, else include
+        "self_pairs": self_pairs_setting(None, bool(settings["targets"])),
     },
 )
 evaluated = settings["targets"] or None
