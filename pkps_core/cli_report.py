@@ -56,10 +56,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pkps_core.records import RecordsError
     from pkps_core.store import Store
     from pkps_core.store.opening import announce_on_stderr
-    from pkps_core.views.new_model import new_model_report
+    from pkps_core.views.new_model import (
+        new_model_report,
+        thinned_store_model,
+        unjudged_tasks,
+        without_truth_on,
+    )
     from pkps_core.views.placed_model import placed_model_report
 
     targets = _report_outputs(args)  # checked before the work
+    if args.budget is not None and (args.responses or args.budget < 1):
+        raise RecordsError(
+            "--budget keeps that many of a store model's responses per task (--model, at "
+            f"least 1), got {args.budget}"
+            + (" with --responses, whose file is used as given" if args.responses else "")
+        )
     upload, notes = None, []
     if args.responses:
         upload = _read_responses(args)  # the file's own faults first, before the store
@@ -70,15 +81,30 @@ def cmd_report(args: argparse.Namespace) -> int:
         if upload is None and args.model not in set(records["model"].astype(str)):
             raise RecordsError(f"unknown model {args.model!r}; it is not in the records")
         predictor = None if args.refit else _kept_predictor(store, records, args)
+        unjudged: list[str] = []
+        if args.budget is not None:  # the rest of its responses judge the prediction
+            records, unjudged = thinned_store_model(
+                records, args.model, args.budget, seed=args.seed
+            )
         if upload is not None:
             report, more = _upload_report(upload, records, store, predictor, args)
             notes += more
         elif predictor is not None:
             report = placed_model_report(predictor, records[records["model"] == args.model])
+            if args.budget is None:  # its full score is the data the placement read
+                report = without_truth_on(report, unjudged_tasks(records, args.model))
         else:
             report = new_model_report(
                 records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
             )
+        report = without_truth_on(report, unjudged)
+    if unjudged:
+        notes.append(
+            f"{len(unjudged)} task(s) have at most {args.budget} responses of "
+            f"{args.model}, so none is hidden there to judge the prediction: "
+            + ", ".join(unjudged[:5])
+            + (", …" if len(unjudged) > 5 else "")
+        )
     for note in notes:
         print(terminal_safe(f"note: {note}"), file=sys.stderr)
     name = terminal_safe(report.model)
@@ -114,7 +140,10 @@ def _read_responses(args: argparse.Namespace) -> pd.DataFrame:
 
     path = Path(args.responses)
     if not path.is_file():
-        raise RecordsError(f"--responses {args.responses}: not a file; give one model's responses")
+        raise RecordsError(
+            f"--responses {args.responses}: not a file; give one model's responses as one "
+            "file (a folder format, a HELM run or AlpacaEval results/, as a .zip of it)"
+        )
     records = read_uploads(
         [(path.name, path.read_bytes())], percent_scores=args.percent_scores
     ).records
@@ -192,8 +221,9 @@ def add_parser(sub) -> None:
     which.add_argument("--model", help="the store's model to predict as new")
     which.add_argument(
         "--responses",
-        help="a file of one model's responses (any format `ingest` reads) to predict as new "
-        "against the store, as the New model page's upload; the store is not changed",
+        help="a file of one model's responses (any format `ingest` reads; a folder format "
+        "as a .zip of it) to predict as new against the store, as the New model page's "
+        "upload; the store is not changed",
     )
     add_percent_argument(parser)
     parser.add_argument(
@@ -211,6 +241,14 @@ def add_parser(sub) -> None:
         "--csv",
         help="also write the per-task rows as CSV here, and the overall row beside it "
         "(NAME-overall.csv)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        help="with --model: keep this many of its responses per task (drawn with --seed) "
+        "and judge the prediction on the rest, as a new model that answered that few "
+        "(without it every stored response is used, and the truth shown beside the "
+        "prediction is the store's reference_score, else the mean of those same scores)",
     )
     parser.add_argument("--holdout", choices=["model", "family"], default="family")
     parser.add_argument("--seed", type=int, default=0)

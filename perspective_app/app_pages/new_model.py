@@ -15,6 +15,8 @@ from pkps_core.views.new_model import (
     length_sentence,
     new_model_report,
     run_status,
+    unjudged_tasks,
+    without_truth_on,
 )
 from pkps_core.views.placed_model import embed_like_store, placed_model_report
 from pkps_core.views.predictions import export_bytes
@@ -59,7 +61,9 @@ def placed_store_report(path: str, version: int, model: str, holdout: str) -> Ne
     """A store model predicted from the others by the store's fitted predictor."""
     records = shared.load_records(path, version)
     predictor = shared.load_predictor(path, version, holdout)
-    return placed_model_report(predictor, records[records["model"] == model])
+    report = placed_model_report(predictor, records[records["model"] == model])
+    # as the refit does: no truth where its full score is the data the placement read
+    return without_truth_on(report, unjudged_tasks(records, model))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

@@ -106,8 +106,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         if isinstance(header, dict) and ("samples" in document or "task" in header):
             return "inspect"  # a log without samples is named as such by the importer
     raise RecordsError(
-        f"cannot tell the format of {target}; pass format= one of {', '.join(FORMATS)} "
-        "(a canonical file must end in .csv, .tsv or .parquet)"
+        f"cannot tell the format of {target}: a canonical file must end in .csv, .tsv or "
+        f".parquet, and none of {', '.join(FORMATS[1:])} recognised it by its name or first "
+        "record; name the format with `pkps ingest --format` (format= in Python)"
     )
 
 

@@ -12,7 +12,7 @@ run by :mod:`pkps_core.views.uploaded_model`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -249,6 +249,53 @@ def new_model_report(
     context = build_context(records, holdout=holdout, targets=[model], space_params=space_params)
     run = TargetRun.of(context, predict(context, [METHOD], intervals=level))
     return _assemble(run, model, holdout, level, n_neighbours, started)
+
+
+def thinned_store_model(
+    records: pd.DataFrame, model: str, budget: int, *, seed: int = 0
+) -> tuple[pd.DataFrame, list[str]]:
+    """A store model thinned to ``budget`` responses per task, to be predicted as new and
+    judged on the rest (:func:`pkps_core.protocols.masks.mask_targets`).
+
+    Returns the records (every other model's as they were) and :func:`unjudged_tasks`:
+    where nothing is hidden and no ``reference_score`` is given, nothing judges the
+    prediction (:func:`without_truth_on` blanks them in a report whose truth comes from
+    elsewhere, such as a fitted predictor's references).
+    """
+    from pkps_core.protocols.masks import mask_targets
+
+    if model not in set(records["model"].astype(str)):
+        raise RecordsError(f"unknown model {model!r}; it is not in the records")
+    unjudged = unjudged_tasks(records, model, budget)
+    return mask_targets(records, [model], budget, seed=seed), unjudged
+
+
+def unjudged_tasks(records: pd.DataFrame, model: str, budget: int | None = None) -> list[str]:
+    """The tasks where nothing can judge ``model``'s prediction: the records give no
+    ``reference_score`` for its cell and it has at most ``budget`` responses there (any
+    number without a budget: every response is used), so its only score there is the
+    data the prediction read."""
+    own = records.loc[records["model"].astype(str) == model]
+    if "reference_score" in own:
+        own = own[own.groupby("task")["reference_score"].transform("count") == 0]
+    counts = own.groupby("task").size()
+    if budget is not None:
+        counts = counts[counts <= int(budget)]
+    return sorted(map(str, counts.index))
+
+
+def without_truth_on(report: NewModelReport, tasks) -> NewModelReport:
+    """``report`` with no ``reference_score`` on ``tasks`` (and so none overall): where
+    the prediction used every response the model has, its score there is no truth."""
+    tasks = set(map(str, tasks))
+    if not tasks:
+        return report
+    rows = report.tasks.copy()
+    rows.loc[rows["task"].astype(str).isin(tasks), "reference_score"] = np.nan
+    overall = dict(report.overall)
+    if rows["reference_score"].isna().any():
+        overall["reference_score"] = float("nan")
+    return replace(report, tasks=rows, overall=overall)
 
 
 def _assemble(
