@@ -301,6 +301,25 @@ def check_score_range(records: pd.DataFrame, *, percent: bool = False) -> pd.Dat
     return frame
 
 
+def _refuse_near_misses(columns) -> None:
+    """A column named like a canonical one but for case, spaces or ``-`` (``Score``,
+    ``Query ID``) where the canonical one is absent: refused, since it would otherwise be
+    dropped as unknown and its data lost without a word."""
+    present = set(columns)
+
+    def key(name: str) -> str:
+        return name.casefold().replace(" ", "_").replace("-", "_")
+
+    wanted = {key(c): c for c in CANONICAL_COLUMNS if c not in present}
+    near = [(c, wanted[key(c)]) for c in columns if key(c) in wanted]
+    if near:
+        raise RecordsError(
+            "column(s) "
+            + ", ".join(f"{given!r} (did you mean {canonical!r}?)" for given, canonical in near)
+            + ": column names are matched exactly; rename them to the canonical names"
+        )
+
+
 def validate_records(
     records: pd.DataFrame,
     *,
@@ -342,6 +361,7 @@ def validate_records(
         raise RecordsError("the file has no data rows; add at least one response row")
     frame = records.copy()
     frame.columns = [str(c).strip() for c in frame.columns]
+    _refuse_near_misses(frame.columns)
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise RecordsError(

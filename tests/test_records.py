@@ -55,6 +55,27 @@ def test_missing_column_is_named():
         validate_records(good().drop(columns="model"))
 
 
+@pytest.mark.parametrize(
+    ("given", "canonical"),
+    [
+        ("Score", "score"),
+        ("Model", "model"),
+        ("query ID", "query_id"),
+        ("reference-score", "reference_score"),
+    ],
+)
+def test_a_column_named_like_a_canonical_one_is_refused_not_dropped(given, canonical):
+    frame = good()
+    if canonical == "reference_score":
+        frame[canonical] = frame.groupby(["model", "task"])["score"].transform("mean")
+    frame = frame.rename(columns={canonical: given})
+    with pytest.raises(RecordsError, match=rf"'{given}' \(did you mean '{canonical}'\?\)"):
+        validate_records(frame)
+    # beside the canonical column it is only an unknown column, kept as the schema says
+    if canonical in good().columns:
+        assert given in validate_records(good().assign(**{given: "x"})).columns
+
+
 def test_duplicate_rows_are_listed():
     frame = pd.concat([good(), good().iloc[[2]]], ignore_index=True)
     with pytest.raises(RecordsError, match=r"duplicate \(model, task, query_id\) at rows 3, 5"):
