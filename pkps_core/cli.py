@@ -35,7 +35,7 @@ from pkps_core.outputs import check_writable, os_error_message, write_table
 from pkps_core.records import RecordsError, check_score_range
 from pkps_core.space.kernels import RESPONSE_KERNEL_CHOICES
 from pkps_core.space.runtime import keep_freed_memory
-from pkps_core.text import terminal_safe, terminal_safe_frame
+from pkps_core.text import counted, terminal_safe, terminal_safe_frame
 
 
 def _records_for_csv(records: pd.DataFrame) -> pd.DataFrame:
@@ -110,8 +110,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     with open_store(args.db, read_only=True) as store:
         summary = store.summary()
         print(
-            f"{summary['models']} models, {summary['tasks']} tasks, "
-            f"{summary['responses']} responses, {summary['families']} families"
+            f"{counted(summary['models'], 'model')}, {counted(summary['tasks'], 'task')}, "
+            f"{counted(summary['responses'], 'response')}, "
+            f"{counted(summary['families'], 'family', 'families')}"
         )
         coverage = store.coverage()
         if len(coverage):
@@ -123,8 +124,10 @@ def cmd_info(args: argparse.Namespace) -> int:
                 f"min {coverage.n_responses.min()}, max {coverage.n_responses.max()}"
             )
         pairs = store.pairedness()
-        if len(pairs):
-            rho = pairs.loc[pairs.model_a != pairs.model_b, "rho"]
+        rho = pairs.loc[pairs.model_a != pairs.model_b, "rho"] if len(pairs) else ()
+        if len(pairs) and not len(rho):
+            print("pairedness: one model, no pair to compare")
+        elif len(rho):
             print(
                 f"pairedness (pooled over tasks): mean rho {rho.mean():.3f}, "
                 f"median {rho.median():.3f}, share of model pairs with no shared query "

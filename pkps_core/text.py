@@ -35,3 +35,8 @@ def terminal_safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
             out[column] = [terminal_safe(v) if isinstance(v, str) else v for v in out[column]]
     out.columns = [terminal_safe(c) for c in out.columns]
     return out
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 model"``, ``"2 models"``: a count with its noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
