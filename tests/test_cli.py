@@ -172,3 +172,16 @@ def test_ingest_info_and_predict_from_store(synth_csv, tmp_path):
 def test_store_errors_are_one_line(tmp_path):
     _one_line_error(run("info", "--db", str(tmp_path / "none.duckdb")), "no store at")
     _one_line_error(run("predict", "--out", str(tmp_path / "x.csv")), "exactly one of --input")
+
+
+def test_info_on_a_one_model_store_counts_in_words_and_has_no_pair(tmp_path):
+    source = tmp_path / "one.csv"
+    source.write_text("model,task,query_id,query,response,score\nm1,t,q1,a,b,1\nm1,t,q2,c,d,0\n")
+    db = tmp_path / "one.duckdb"
+    assert run("ingest", str(source), "--db", str(db)).returncode == 0
+    info = run("info", "--db", str(db))
+    assert info.returncode == 0, info.stderr
+    lines = info.stdout.splitlines()
+    assert lines[0] == "1 model, 1 task, 2 responses, 1 family"
+    assert lines[-1] == "pairedness: one model, no pair to compare"
+    assert "nan" not in info.stdout
