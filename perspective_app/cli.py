@@ -87,6 +87,14 @@ def app_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
             raise ValueError(f"--store names a folder, not a store file: {store}")
         if not store.parent.is_dir():
             raise ValueError(f"--store: the folder {store.parent} does not exist")
+        from pkps_core.outputs import OutputError, check_writable
+
+        try:  # the app keeps uploads, embeddings and fits in the store (DuckDB writes beside it)
+            check_writable(store)
+        except OutputError as exc:
+            raise ValueError(
+                f"--store: {exc} (the app writes its uploads, embeddings and fits to the store)"
+            ) from None
         env[STORE_ENV] = str(store)
     elif not env.get(STORE_ENV, "").strip():
         from pkps_core.demo import demo_path, ensure_demo_store
