@@ -302,22 +302,13 @@ def check_score_range(records: pd.DataFrame, *, percent: bool = False) -> pd.Dat
 
 
 def _refuse_near_misses(columns) -> None:
-    """A column named like a canonical one but for case, spaces or ``-`` (``Score``,
-    ``Query ID``) where the canonical one is absent: refused, since it would otherwise be
-    dropped as unknown and its data lost without a word."""
-    present = set(columns)
-
-    def key(name: str) -> str:
-        return name.casefold().replace(" ", "_").replace("-", "_")
-
-    wanted = {key(c): c for c in CANONICAL_COLUMNS if c not in present}
-    near = [(c, wanted[key(c)]) for c in columns if key(c) in wanted]
+    """Refuse a column named like an absent canonical one but for case, spaces or ``-``
+    (``Score``): it would otherwise be dropped as unknown, its data lost without a word."""
+    fold = {c: str(c).casefold().replace(" ", "_").replace("-", "_") for c in columns}
+    wanted = set(CANONICAL_COLUMNS) - set(columns)
+    near = [f"{c!r} (did you mean {k!r}?)" for c, k in fold.items() if k in wanted]
     if near:
-        raise RecordsError(
-            "column(s) "
-            + ", ".join(f"{given!r} (did you mean {canonical!r}?)" for given, canonical in near)
-            + ": column names are matched exactly; rename them to the canonical names"
-        )
+        raise RecordsError(f"column(s) {', '.join(near)}: names are matched exactly; rename them")
 
 
 def validate_records(
