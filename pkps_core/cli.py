@@ -179,6 +179,7 @@ def cmd_next(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pkps_core.predict import METHODS
     from pkps_core.protocols import format_summary, run_protocol
+    from pkps_core.protocols.masks import budgets_beyond_data
     from pkps_core.views import new_model_tables
 
     if args.seeds < 1:
@@ -201,6 +202,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with engine_session(args) as engine_params:
         records = input_records(args, engine_params.get("client"))
+        beyond, fullest = budgets_beyond_data(records, args.protocol, args.budgets)
+        if beyond:
+            print(
+                f"note: budget(s) {', '.join(map(str, beyond))} exceed the most responses any "
+                f"(model, task) cell has ({fullest}): every response is kept, as at "
+                f"{fullest}, so their rows repeat that budget's",
+                file=sys.stderr,
+            )
         result = run_protocol(
             records,
             args.protocol,

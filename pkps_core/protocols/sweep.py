@@ -19,6 +19,7 @@ import pandas as pd
 
 from pkps_core.predict import build_context, predict
 from pkps_core.protocols.masks import (
+    DEFAULT_BUDGETS,
     NEW_MODEL_MODES,
     SPLITS,
     cell_values,
@@ -463,16 +464,15 @@ def run_protocol(
 ) -> ProtocolResult:
     """Run ``protocol`` (one of :data:`PROTOCOLS`) with the levers that apply to it.
 
-    ``budgets`` defaults to (1, 2, 4, 8) for query efficiency and (1, 2, 4, 8, 16) for
-    new-model, ``p_tasks`` to 1.0 for query efficiency and 0.5 for completion; levers that
-    do not belong to the protocol are ignored. ``options`` and ``**sweep``: as in
-    :func:`query_efficiency_protocol`.
+    ``budgets`` defaults to the protocol's :data:`DEFAULT_BUDGETS`, ``p_tasks`` to 1.0 for
+    query efficiency and 0.5 for completion; levers that do not belong to the protocol are
+    ignored. ``options`` and ``**sweep``: as in :func:`query_efficiency_protocol`.
     """
     options = sweep_options(options, **sweep)
     if protocol == "new-model":
         return new_model_protocol(
             records,
-            budgets=budgets or (1, 2, 4, 8, 16),
+            budgets=budgets or DEFAULT_BUDGETS["new-model"],
             modes=modes,
             target_share=target_share,
             options=options,
@@ -480,7 +480,7 @@ def run_protocol(
     if protocol == "query-efficiency":
         return query_efficiency_protocol(
             records,
-            budgets=budgets or (1, 2, 4, 8),
+            budgets=budgets or DEFAULT_BUDGETS["query-efficiency"],
             rhos=rhos,
             cohorts=cohorts,
             p_tasks=p_tasks or (1.0,),
