@@ -185,3 +185,20 @@ def test_info_on_a_one_model_store_counts_in_words_and_has_no_pair(tmp_path):
     assert lines[0] == "1 model, 1 task, 2 responses, 1 family"
     assert lines[-1] == "pairedness: one model, no pair to compare"
     assert "nan" not in info.stdout
+
+
+def test_evaluate_says_which_budgets_exceed_every_cell(tmp_path):
+    cache = tmp_path / "small.csv"
+    made = run("synth", "--out", str(cache), "--models", "12", "--tasks", "2", "--seed", "2")
+    assert made.returncode == 0, made.stderr  # 4 responses per observed cell
+    args = ["evaluate", "--input", str(cache), "--protocol", "new-model", "--seeds", "1"]
+    args += ["--methods", "sample", "--out", str(tmp_path / "long.csv")]
+    done = run(*args, "--budgets", "2,8,16")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "note: budget(s) 8, 16 exceed the most responses any (model, task) cell has (4)"
+        in done.stderr
+    )
+    quiet = run(*args, "--budgets", "2,4")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "exceed" not in quiet.stderr
