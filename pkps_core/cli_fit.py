@@ -43,20 +43,22 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     params = {"budgets": args.budgets, "holdout": args.holdout, "random_state": args.seed}
-    with Store(args.db, on_wait=announce_on_stderr) as store:
+    # the file is opened for each read and write only (hold=False): the fit computes in
+    # memory for seconds to minutes, and readers (`info`, `report`, the app) go on
+    # meanwhile instead of waiting for it; an ingest in between leaves the fit stale
+    with Store(args.db, create=False, hold=False, on_wait=announce_on_stderr) as store:
+        version = store.version  # before the records: a change after them leaves it stale
         records = store.records()
-        predictor = stored_predictor(
-            store, fit="always", records=records, progress=progress_on_stderr, **params
-        )
+        kept = {"records": records, "store_version": version, "progress": progress_on_stderr}
+        predictor = stored_predictor(store, fit="always", **kept, **params)
         fitted = time.perf_counter()
         board = None
         if args.leaderboard:
             board = stored_leaderboard(
                 store,
                 refresh=True,  # the predictor was refitted: so is the table
-                records=records,
                 predictor=predictor,
-                progress=progress_on_stderr,
+                **kept,
                 **params,
             )
     done = time.perf_counter()

@@ -15,9 +15,8 @@ What fills them (:func:`fill_method`): on a store where fewer than half the cell
 observed — every model thin, no reference with a full score — and the scores are graded,
 an additive model of the store's scored responses on the logit scale
 (:mod:`pkps_core.leaderboard_logit`: ability per model, difficulty per task, bootstrap
-intervals); otherwise the store's fitted
-reference predictor (:mod:`pkps_core.predictor`), each model with a cell not observed
-placed as new, its own stored rows hidden
+intervals); otherwise the store's fitted reference predictor (:mod:`pkps_core.predictor`),
+each model with a cell not observed placed as new, its own stored rows hidden
 (:meth:`~pkps_core.predictor.ReferencePredictor.predict`), one model per call: the
 predictor hides every renamed model of a call from all models of that call, and even a
 family placed together (its models never inform each other under the family holdout) gets
@@ -446,6 +445,7 @@ def stored_leaderboard(
     records: pd.DataFrame | None = None,
     predictor=None,
     progress: Callable[[float, str], None] | None = None,
+    store_version: int | None = None,
     **params,
 ) -> Leaderboard | None:
     """The store's leaderboard: read when one is kept for the store's current version,
@@ -468,6 +468,8 @@ def stored_leaderboard(
         :class:`~pkps_core.predictor.StaleFit`).
     progress : callable, optional
         ``progress(fraction, message)`` while models are placed.
+    store_version : int, optional
+        The store's version when ``records`` were read (default: read before them).
     **params
         :class:`~pkps_core.predictor.ReferencePredictor` parameters (``holdout``,
         ``random_state``, ...) of the fit to use; the kept table is keyed by them.
@@ -482,7 +484,7 @@ def stored_leaderboard(
         return _from_arrays(found.arrays, found.document)
     if not compute:
         return None
-    version = store.version
+    version = store.version if store_version is None else store_version
     records = store.records() if records is None else records
     digest = embedders_digest(store)  # the embedders the records were embedded with
     kinds = cell_kinds(records)

@@ -194,3 +194,75 @@ def test_predict_targets_places_the_ensemble_with_the_kept_fit(tmp_path, capsys)
     before = refit[(refit["method"] == "ensemble") & refit["model"].isin(targets)]
     before = before.sort_values(["model", "task"])
     assert np.abs(before["prediction"].to_numpy() - ensemble["prediction"].to_numpy()).max() < 0.1
+
+
+def test_readers_open_the_store_while_fit_computes(store_and_new, monkeypatch):
+    """`fit` holds the file only for its reads and writes: a reader in another process
+    (`info`, with no wait allowed) opens it while the predictor is being fitted."""
+    from pkps_core.cli import main
+    from pkps_core.predictor import ReferencePredictor
+
+    path, _ = store_and_new
+    fit = ReferencePredictor.fit
+    seen = []
+
+    def fit_beside_a_reader(self, *args, **kwargs):
+        env = {**os.environ, "PKPS_STORE_WAIT": "0"}
+        done = subprocess.run(
+            [sys.executable, "-m", "pkps_core", "info", "--db", str(path)],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        seen.append(done)
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(ReferencePredictor, "fit", fit_beside_a_reader)
+    assert main(["fit", "--db", str(path), "--budgets", "4", "--no-leaderboard"]) == 0
+    assert len(seen) == 1
+    assert seen[0].returncode == 0, seen[0].stderr
+    assert seen[0].stdout.startswith("23 models, 3 tasks")
+    with Store(path, read_only=True) as store:
+        assert (
+            stored_predictor(
+                store, fit="never", budgets=(4,), holdout="family", random_state=0
+            ).references_.size
+            == 23
+        )
+
+
+def test_an_ingest_after_fit_read_its_records_leaves_the_new_fit_stale(store_and_new, monkeypatch):
+    """The fit and the leaderboard are kept under the store version read before their
+    records: rows ingested once the records are read (the file is not held while the fit
+    computes) make both stale, never current for references they did not see."""
+    from pkps_core.cli import main
+    from pkps_core.leaderboard import stored_leaderboard
+
+    path, thin = store_and_new
+    extra = path.parent / "new.parquet"
+    thin.to_parquet(extra)
+    read = Store.records
+    ingested = []
+
+    def records_then_an_ingest(self, *args, **kwargs):
+        records = read(self, *args, **kwargs)
+        if not ingested:
+            env = {**os.environ, "PKPS_STORE_WAIT": "0"}
+            ingested.append(
+                subprocess.run(
+                    [sys.executable, "-m", "pkps_core", "ingest", str(extra), "--db", str(path)],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=120,
+                )  # fmt: skip
+            )
+        return records
+
+    monkeypatch.setattr(Store, "records", records_then_an_ingest)
+    assert main(["fit", "--db", str(path), "--budgets", "4"]) == 0
+    assert ingested[0].returncode == 0, ingested[0].stderr
+    assert f"{len(thin)} added" in ingested[0].stdout
+    with Store(path, read_only=True) as store:
+        params = {"budgets": (4,), "holdout": "family", "random_state": 0}
+        with pytest.raises(StaleFit):
+            stored_predictor(store, fit="never", **params)
+        assert stored_leaderboard(store, compute=False, **params) is None  # stale too

@@ -35,7 +35,12 @@ def build_board(path: str, version: int, progress):
     if needs_predictor(path, version) and shared.predictor_status(path, HOLDOUT) == "current":
         predictor = shared.load_predictor(path, version, HOLDOUT)
     board = stored_leaderboard(
-        store, records=records, predictor=predictor, progress=progress, holdout=HOLDOUT
+        store,
+        records=records,
+        store_version=version,  # kept as of these records: stale if the store moved on
+        predictor=predictor,
+        progress=progress,
+        holdout=HOLDOUT,
     )
     read_board.clear()
     return board

@@ -64,6 +64,7 @@ def fit_predictor(path: str, version: int, holdout: str, progress) -> None:
         open_store(path),
         fit="always",
         records=load_records(path, version),
+        store_version=version,  # kept as of these records: stale if the store moved on
         holdout=holdout,
         progress=progress,
     )

@@ -187,6 +187,7 @@ def stored_predictor(
     fit: str = "if-stale",
     progress: Callable[[float, str], None] | None = None,
     records: pd.DataFrame | None = None,
+    store_version: int | None = None,
     **params,
 ) -> ReferencePredictor:
     """The store's fitted reference predictor: read when current, else fitted and kept.
@@ -202,6 +203,11 @@ def stored_predictor(
         ``progress(fraction, message)`` while fitting.
     records : DataFrame, optional
         ``store.records()`` when the caller has them already.
+    store_version : int, optional
+        The store's version when ``records`` were read (default: read before reading
+        them); a fit kept with it is stale after any later change, never current for
+        references it did not see (a store opened with ``hold=False`` can change between
+        two reads).
     **params
         :class:`ReferencePredictor` parameters.
     """
@@ -212,7 +218,7 @@ def stored_predictor(
     predictor = ReferencePredictor(**params)
     predictor._check_params()
     key = fit_key(FIT_KIND, predictor.settings())
-    version = store.version
+    version = store.version if store_version is None else store_version
     # a forced fit needs no status: the embedders' digest (of their 31 MB on AlpacaEval-40)
     # is then read once, after the records (whose first read fits the embedders)
     status = "none" if fit == "always" else fit_status(store, key)
