@@ -887,8 +887,9 @@ class ReferencePredictor:
         ]
         if missing:
             raise RecordsError(
-                f"the new model's records lack {', '.join(missing)}; embed their texts with the "
-                "references' embedder first (Store.fitted_embedder)"
+                f"the new model's records lack {', '.join(missing)}: give every row its query "
+                "and response text (the app and `report` embed them as the store's were; in "
+                "Python, Store.fitted_embedder) or the vectors themselves"
             )
         return new.reindex(columns=columns), renamed  # the references' columns, NaN if absent
 
