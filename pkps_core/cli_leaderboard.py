@@ -93,7 +93,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         f"wrote {args.out}: {len(wide)} models × {len(board.tasks)} tasks "
         f"({', '.join(f'{counts.get(k, 0)} {k}' for k in ('observed', 'estimated', 'predicted'))}"
         f" cells) in {time.perf_counter() - started:.1f} s"
-        f"{'; the table kept in the store, read' if read else ''}",
+        f"{' (read from the table kept in the store)' if read else ''}",
         file=sys.stderr,
     )
     return 0

@@ -299,7 +299,7 @@ def test_cli_writes_every_column_per_model(tmp_path, capsys):
     for suffix in ("parquet", "html"):
         assert _run(["leaderboard", "--db", str(db), "--out", str(tmp_path / f"b.{suffix}")]) == 0
         # the first run kept the table: the next ones read it (the store has not changed)
-        assert "the table kept in the store, read" in capsys.readouterr().err
+        assert "(read from the table kept in the store)" in capsys.readouterr().err
     again = tmp_path / "again.csv"
     assert _run(["leaderboard", "--db", str(db), "--out", str(again)]) == 0
     pd.testing.assert_frame_equal(pd.read_csv(again, keep_default_na=False, na_values=[""]), board)
