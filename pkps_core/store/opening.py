@@ -120,6 +120,12 @@ def connect(
                     f"cannot write the store {path}: {_first_line(exc)}; free some disk "
                     "space and retry"
                 ) from None
+            if not read_only and any(m in message for m in _NO_PERMISSION):
+                raise StoreError(
+                    f"cannot open the store {path} for writing: {_first_line(exc)}; this "
+                    "command writes to it (readers such as info and report open it "
+                    "read-only): use a copy you can write, or change the file's permissions"
+                ) from None
             if not _is_lock_error(message):
                 raise StoreError(
                     f"{path} is not a DuckDB store file ({_first_line(exc)}); give a store "
@@ -168,6 +174,9 @@ def remove_new_paths(paths: list[Path]) -> None:
                 leftover.unlink()
         if path.is_dir() and not any(path.iterdir()):
             path.rmdir()
+
+
+_NO_PERMISSION = ("Permission denied", "Operation not permitted", "Read-only file system")
 
 
 def _is_os_failure(exc: duckdb.Error) -> bool:
