@@ -1,11 +1,13 @@
-"""Fixtures the AppTest modules share (the repository's ``conftest.py`` holds the run's
-hooks and the AlpacaEval template; ``tests/browser/conftest.py`` the browser's).
+"""Fixtures the test modules share: the AppTests' demo store and recorded downloads, and
+a tmpfs for the read-only and full-disk tests (the repository's ``conftest.py`` holds the
+run's hooks and the AlpacaEval template; ``tests/browser/conftest.py`` the browser's).
 
 Streamlit is imported inside the fixtures, so the library's tests that use none of them do
 not pay for it."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,26 @@ def recorded_downloads(monkeypatch) -> dict[str, bytes]:
 
     monkeypatch.setattr(app_test_module, "MemoryMediaFileStorage", Recording)
     return files
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    """``mounted(options)``: a small tmpfs mounted with ``options`` (``"ro,size=64k"``,
+    ``"size=256k"``) in the test's folder, unmounted after the test; the test is skipped
+    where mounting is refused (not root, a sandbox)."""
+    points = []
+
+    def mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(points)}"
+        point.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        points.append(point)
+        return point
+
+    yield mount
+    for point in points:
+        subprocess.run(["umount", str(point)], capture_output=True)

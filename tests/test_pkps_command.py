@@ -90,21 +90,12 @@ def test_app_refuses_a_folder_as_store(tmp_path, capsys):
     assert "folder" in capsys.readouterr().err
 
 
-def test_app_refuses_a_store_it_could_not_write_before_starting(tmp_path, capsys):
-    point = tmp_path / "ro"
-    point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(point)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        assert cli.main(["app", "--store", str(point / "new.duckdb")]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: --store: ") and "Read-only file system" in err
-        assert len(err.strip().splitlines()) == 1
-    finally:
-        subprocess.run(["umount", str(point)], capture_output=True)
+def test_app_refuses_a_store_it_could_not_write_before_starting(mounted, capsys):
+    point = mounted("ro,size=64k")
+    assert cli.main(["app", "--store", str(point / "new.duckdb")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --store: ") and "Read-only file system" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_app_hands_the_process_to_streamlit(tmp_path, monkeypatch):

@@ -247,27 +247,6 @@ def test_export_into_a_file_or_a_folder_of_other_files_is_refused_before_reading
     assert (notes / "todo.txt").read_text() == "keep me\n"
 
 
-@pytest.fixture
-def mounted(tmp_path):
-    """A small tmpfs, mounted read-only or nearly full; skipped where mount is refused."""
-    points = []
-
-    def mount(options: str) -> Path:
-        point = tmp_path / f"mnt{len(points)}"
-        point.mkdir()
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True
-        )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-        points.append(point)
-        return point
-
-    yield mount
-    for point in points:
-        subprocess.run(["umount", str(point)], capture_output=True)
-
-
 @pytest.mark.parametrize("name", ["synth-csv", "predict", "report-html"])
 def test_an_output_on_a_read_only_filesystem_is_one_line_before_the_work(
     mounted, cache, store, name

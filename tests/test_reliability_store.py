@@ -405,30 +405,21 @@ def test_without_reference_scores_the_reference_is_the_sample_score_and_the_cli_
     assert (pd.read_csv(out)["reference_score"] == 0.5).all()
 
 
-def test_a_store_on_a_read_only_file_system_is_read_but_not_written(tmp_path, capsys):
+def test_a_store_on_a_read_only_file_system_is_read_but_not_written(mounted, tmp_path, capsys):
     """Writers refuse it in one line saying why (not "not a DuckDB store file"); readers
     open it read-only as before."""
-    point = tmp_path / "mnt"
-    point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(point)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        store = point / "s.duckdb"
-        source = tmp_path / "one.csv"
-        source.write_text("model,task,query_id,query,response,score\nm1,t,q1,a,b,1\n")
-        assert main(["ingest", str(source), "--db", str(store)]) == 0
-        remount = ["mount", "-o", "remount,ro", str(point)]
-        assert subprocess.run(remount, capture_output=True).returncode == 0
-        capsys.readouterr()
-        for command in (["fit", "--db", str(store)], ["ingest", str(source), "--db", str(store)]):
-            assert main(command) == 2
-            err = capsys.readouterr().err.strip().splitlines()
-            assert len(err) == 1 and err[0].startswith("error: cannot ") and str(store) in err[0]
-            assert "Read-only file system" in err[0] and "not a DuckDB store" not in err[0]
-        assert main(["info", "--db", str(store)]) == 0
-        assert capsys.readouterr().out.startswith("1 model, 1 task, 1 response")
-    finally:
-        subprocess.run(["umount", str(point)], capture_output=True)
+    point = mounted("size=8m")
+    store = point / "s.duckdb"
+    source = tmp_path / "one.csv"
+    source.write_text("model,task,query_id,query,response,score\nm1,t,q1,a,b,1\n")
+    assert main(["ingest", str(source), "--db", str(store)]) == 0
+    remount = ["mount", "-o", "remount,ro", str(point)]
+    assert subprocess.run(remount, capture_output=True).returncode == 0
+    capsys.readouterr()
+    for command in (["fit", "--db", str(store)], ["ingest", str(source), "--db", str(store)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: cannot ") and str(store) in err[0]
+        assert "Read-only file system" in err[0] and "not a DuckDB store" not in err[0]
+    assert main(["info", "--db", str(store)]) == 0
+    assert capsys.readouterr().out.startswith("1 model, 1 task, 1 response")
