@@ -142,3 +142,25 @@ def test_twenty_unscored_responses_on_the_alpaca_eval_store(alpaca_template, tmp
     assert len(length) == 1 and "than the references' answers to the same queries" in length[0]
     with Store(path) as db:
         assert db.content_hash() == state
+
+
+@pytest.mark.slow
+def test_a_store_model_kept_to_a_few_responses_is_judged_on_the_rest(demo_store):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.switch_page(PAGE).run()
+    model = at.selectbox(key="new_model_pick").options[3]
+    at.selectbox(key="new_model_pick").set_value(model).run()
+    whole = at.dataframe[0].value.set_index("task")
+    at.selectbox(key="new_model_keep").set_value("2").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.query_params["new_model_keep"] in ("2", ["2"])
+    kept = at.dataframe[0].value.set_index("task")
+    observed = whole["n_responses"] > 0
+    assert (
+        kept.loc[observed, "n_responses"] == np.minimum(whole.loc[observed, "n_responses"], 2)
+    ).all()
+    assert (kept["prediction"] != whole["prediction"]).any()
+    # the demo store gives every cell its true score: the same truth, now judging a thinner run
+    np.testing.assert_allclose(kept["reference_score"], whole["reference_score"])
+    caption = next(c.value for c in at.caption if c.value.startswith("Predicted from 2 of"))
+    assert "the others hidden from it" in caption

@@ -74,11 +74,12 @@ def test_no_targets_in_the_url_stay_none_and_an_empty_url_gives_the_defaults(sto
 
 def test_new_model_opens_on_the_urls_model_and_keeps_the_choice(store):
     at = AppTest.from_file(NEW_MODEL, default_timeout=300)
-    at.query_params.update(new_model_pick=store[5], new_model_holdout="model")
+    at.query_params.update(new_model_pick=store[5], new_model_holdout="model", new_model_keep="4")
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     assert at.selectbox(key="new_model_pick").value == store[5]
     assert at.radio(key="new_model_holdout").value == "model"
+    assert at.selectbox(key="new_model_keep").value == "4"
     at.selectbox(key="new_model_pick").set_value(store[2]).run()
     assert not at.exception
     assert at.query_params["new_model_pick"] == store[2]

@@ -15,6 +15,7 @@ from pkps_core.views.new_model import (
     length_sentence,
     new_model_report,
     run_status,
+    thinned_store_model,
     unjudged_tasks,
     without_truth_on,
 )
@@ -26,9 +27,27 @@ from pkps_core.views.uploaded_model import upload_as_new, upload_target
 UploadKey = tuple[str, bytes, bool, tuple[tuple[str, str], ...]]
 
 
+# how many of a store model's responses per task the page keeps (the rest judge it)
+KEEP = ["all", "1", "2", "4", "8", "16"]
+KEEP_SEED = 0
+
+
+def kept_records(path: str, version: int, model: str, keep: str):
+    """The store's records with ``model`` thinned to ``keep`` responses per task (all:
+    unchanged), and the tasks where nothing judges its prediction."""
+    records = shared.load_records(path, version)
+    if keep == "all":
+        return records, unjudged_tasks(records, model)
+    return thinned_store_model(records, model, int(keep), seed=KEEP_SEED)
+
+
 @st.cache_data(max_entries=16, show_spinner=False)
-def store_model_report(path: str, version: int, model: str, holdout: str) -> NewModelReport:
-    return new_model_report(shared.load_records(path, version), model, holdout=holdout)
+def store_model_report(
+    path: str, version: int, model: str, holdout: str, keep: str = "all"
+) -> NewModelReport:
+    records, unjudged = kept_records(path, version, model, keep)
+    report = new_model_report(records, model, holdout=holdout)
+    return without_truth_on(report, unjudged)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -57,13 +76,15 @@ def uploaded_model_report(
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def placed_store_report(path: str, version: int, model: str, holdout: str) -> NewModelReport:
+def placed_store_report(
+    path: str, version: int, model: str, holdout: str, keep: str = "all"
+) -> NewModelReport:
     """A store model predicted from the others by the store's fitted predictor."""
-    records = shared.load_records(path, version)
+    records, unjudged = kept_records(path, version, model, keep)
     predictor = shared.load_predictor(path, version, holdout)
     report = placed_model_report(predictor, records[records["model"] == model])
     # as the refit does: no truth where its full score is the data the placement read
-    return without_truth_on(report, unjudged_tasks(records, model))
+    return without_truth_on(report, unjudged)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -139,7 +160,9 @@ TASK_COLUMNS = {
     "reference_score": NUMBER(
         "reference",
         format="%.3f",
-        help="The cell's full-task score, where the store has one (not used for the prediction)",
+        help="The cell's full-task score where something the prediction did not read gives "
+        "it: the store's reference score, or the mean of all its stored scores when it keeps "
+        "fewer responses than it has",
     ),
     "extrapolation": st.column_config.CheckboxColumn("warned", help="Extrapolation warning"),
     "extrapolation_reason": st.column_config.TextColumn("why warned"),
@@ -159,6 +182,7 @@ SOURCES = ["From the store", "Upload its responses"]
 shared.url_setting("new_model_source", SOURCES)
 shared.url_setting("new_model_pick", store_models)
 shared.url_setting("new_model_holdout", ["family", "model"])
+shared.url_setting("new_model_keep", KEEP)
 controls = st.columns([2, 3, 1])
 source = controls[0].radio("Model", SOURCES, key="new_model_source")
 holdout = controls[2].radio(
@@ -169,17 +193,25 @@ holdout = controls[2].radio(
 )
 shared.keep_in_url("new_model_source", "new_model_holdout")
 notes: list[str] = []
+keep = "all"
 fitted = shared.predictor_status(path, holdout) == "current"
 with st.status("Predicting the model as new…", expanded=False) as status:
     try:
         if source == "From the store":
             model = controls[1].selectbox("Model in the store", store_models, key="new_model_pick")
-            shared.keep_in_url("new_model_pick")
+            keep = controls[1].selectbox(
+                "Responses it keeps per task",
+                KEEP,
+                key="new_model_keep",
+                format_func=lambda k: "all it has" if k == "all" else f"{k} (the rest judge it)",
+                help="Predict it as if it had answered this few queries per task (drawn at "
+                "random, seed 0); its other responses are hidden from the prediction and "
+                "their mean is the reference it is judged against.",
+            )
+            shared.keep_in_url("new_model_pick", "new_model_keep")
             started, placed = time.time(), fitted
-            if fitted:
-                result = placed_store_report(path, version, model, holdout)
-            else:
-                result = store_model_report(path, version, model, holdout)
+            report_of = placed_store_report if fitted else store_model_report
+            result = report_of(path, version, model, holdout, keep)
         else:
             upload = controls[1].file_uploader(
                 "One model's responses (CSV, Parquet or any format the Data page takes; "
@@ -222,6 +254,18 @@ for note in notes:
     shared.alert("info", "Note on the upload:", note)
 st.text(result.model)
 overall, rank = result.overall, result.rank
+if keep != "all":
+    truth = overall["reference_score"]
+    judged = (
+        "the reference column judges it task by task"
+        if pd.isna(truth)
+        else f"its full score is {truth:.3f}, "
+        f"{'inside' if overall['lower'] <= truth <= overall['upper'] else 'outside'} the "
+        f"{LEVEL:.0%} interval"
+    )
+    st.caption(
+        f"Predicted from {keep} of its responses per task, the others hidden from it; {judged}."
+    )
 metrics = st.columns(4)
 metrics[0].metric(
     "Predicted overall",
