@@ -244,6 +244,22 @@ def test_nearest_neighbours_ranks_by_distance():
     assert "x" not in set(table["model"])
 
 
+def test_nearest_neighbours_at_one_distance_are_ordered_by_the_coordinates():
+    # a thin model whose D to three references clipped at 0: D cannot order them, the MDS
+    # coordinates the KNN reads can; without coordinates the ties fall back to the names
+    distance = np.array(
+        [[0, 0, 0, 0, 2], [0, 0, 1, 1, 2], [0, 1, 0, 1, 2], [0, 1, 1, 0, 2], [2, 2, 2, 2, 0]],
+        dtype=float,
+    )
+    models = ["new", "a", "b", "c", "far"]
+    coordinates = np.array([[0.0, 0], [0.9, 0], [0.1, 0], [0.5, 0], [3.0, 0]])
+    placed = views.nearest_neighbours(distance, models, ["new"], k=4, coordinates=coordinates)
+    assert placed["neighbour"].tolist() == ["b", "c", "a", "far"]
+    assert placed["distance"].tolist() == [0, 0, 0, 2]
+    by_name = views.nearest_neighbours(distance, models, ["new"], k=4)
+    assert by_name["neighbour"].tolist() == ["a", "b", "c", "far"]
+
+
 def test_similar_query_responses_finds_the_closest_query():
     records = pd.DataFrame(
         {

@@ -343,7 +343,8 @@ def _assemble(
     real = ~run.shadows & (run.models != hide if hide != model else True)
     models = run.models[real]
     distance = run.distances[np.ix_(real, real)]
-    near = nearest_neighbours(distance, models, [model], k=n_neighbours)
+    coordinates = run.coordinates[real]
+    near = nearest_neighbours(distance, models, [model], k=n_neighbours, coordinates=coordinates)
     family = dict(zip(run.models, run.families, strict=True))
     by_model = standings.set_index("model")["overall"]
     near = near.drop(columns="model").assign(
@@ -352,7 +353,6 @@ def _assemble(
     responses = similar_query_responses(
         run.responses, model, near["neighbour"].head(3).tolist(), n=2
     )
-    coordinates = run.coordinates[real]
     scatter = pd.DataFrame(
         {
             "model": models,

@@ -177,15 +177,24 @@ def selected_models(*selections: object) -> list[str]:
 
 
 def nearest_neighbours(
-    distance: np.ndarray, models: Sequence[str], selected: Sequence[str], k: int = 5
+    distance: np.ndarray,
+    models: Sequence[str],
+    selected: Sequence[str],
+    k: int = 5,
+    *,
+    coordinates: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """The ``k`` nearest other models of each selected model in the space.
+
+    ``coordinates`` (the MDS embedding, one row per model), when given, orders models at
+    the same ``distance`` by their distance there — where ``D`` ties (a thin model's
+    distances clipped at 0), the coordinates the KNN regression reads still tell them apart.
 
     Returns
     -------
     DataFrame
         Columns ``model, rank, neighbour, distance`` (rank 1 = nearest), ties broken by
-        name.
+        the coordinates' distance, then by name.
     """
     models = np.asarray(models, dtype=str)
     position = {m: i for i, m in enumerate(models)}
@@ -195,7 +204,12 @@ def nearest_neighbours(
             continue
         i = position[model]
         others = np.array([j for j in range(len(models)) if j != i], dtype=int)
-        order = np.lexsort((models[others], distance[i, others]))[:k]
+        apart = (
+            np.zeros(len(others))
+            if coordinates is None
+            else np.linalg.norm(coordinates[others] - coordinates[i], axis=1)
+        )
+        order = np.lexsort((models[others], apart, distance[i, others]))[:k]
         for rank, j in enumerate(others[order], start=1):
             rows.append(
                 {
