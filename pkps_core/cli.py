@@ -179,8 +179,10 @@ def cmd_next(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pkps_core.predict import METHODS
     from pkps_core.protocols import format_summary, run_protocol
-    from pkps_core.protocols.masks import budgets_beyond_data
+    from pkps_core.protocols.masks import DEFAULT_BUDGETS
+    from pkps_core.records import cell_table
     from pkps_core.views import new_model_tables
+    from pkps_core.views.experiments import budget_check
 
     if args.seeds < 1:
         raise RecordsError("--seeds must be at least 1")
@@ -202,18 +204,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with engine_session(args) as engine_params:
         records = input_records(args, engine_params.get("client"))
-        beyond, fullest = budgets_beyond_data(records, args.protocol, args.budgets)
-        if beyond:
-            print(
-                f"note: budget(s) {', '.join(map(str, beyond))} exceed the most responses any "
-                f"(model, task) cell has ({fullest}): every response is kept, as at "
-                f"{fullest}, so their rows repeat that budget's",
-                file=sys.stderr,
+        budgets = args.budgets
+        if args.protocol in DEFAULT_BUDGETS:  # as the Experiments page: repeats left out
+            budgets, notes = budget_check(
+                cell_table(records), budgets or DEFAULT_BUDGETS[args.protocol]
             )
+            for note in notes:
+                print(f"note: {note}", file=sys.stderr)
+            if not budgets:
+                raise RecordsError("no budget fits this cache; give smaller --budgets")
         result = run_protocol(
             records,
             args.protocol,
-            budgets=args.budgets,
+            budgets=budgets,
             rhos=args.rho,
             cohorts=args.cohort,
             p_tasks=args.p_task,

@@ -187,7 +187,7 @@ def test_info_on_a_one_model_store_counts_in_words_and_has_no_pair(tmp_path):
     assert "nan" not in info.stdout
 
 
-def test_evaluate_says_which_budgets_exceed_every_cell(tmp_path):
+def test_evaluate_leaves_out_budgets_above_every_cell_and_says_so(tmp_path):
     cache = tmp_path / "small.csv"
     made = run("synth", "--out", str(cache), "--models", "12", "--tasks", "2", "--seed", "2")
     assert made.returncode == 0, made.stderr  # 4 responses per observed cell
@@ -195,10 +195,13 @@ def test_evaluate_says_which_budgets_exceed_every_cell(tmp_path):
     args += ["--methods", "sample", "--out", str(tmp_path / "long.csv")]
     done = run(*args, "--budgets", "2,8,16")
     assert done.returncode == 0, done.stderr
-    assert (
-        "note: budget(s) 8, 16 exceed the most responses any (model, task) cell has (4)"
-        in done.stderr
+    assert "note: Budget 8, 16 is above the largest cell of this cache (4 responses)" in (
+        done.stderr
     )
+    assert set(pd.read_csv(tmp_path / "long.csv")["budget"]) == {2}  # no repeated rows
     quiet = run(*args, "--budgets", "2,4")
     assert quiet.returncode == 0, quiet.stderr
-    assert "exceed" not in quiet.stderr
+    assert "note: " not in quiet.stderr
+    none = run(*args, "--budgets", "8")
+    assert none.returncode == 2 and "Traceback" not in none.stderr
+    assert none.stderr.strip().splitlines()[-1].startswith("error: no budget fits this cache")

@@ -9,8 +9,6 @@ target models thinned to a budget, scored or responses-only).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pandas as pd
 
@@ -450,16 +448,3 @@ def split_models(
 
 # the budgets a protocol sweeps when none are given
 DEFAULT_BUDGETS = {"new-model": (1, 2, 4, 8, 16), "query-efficiency": (1, 2, 4, 8)}
-
-
-def budgets_beyond_data(
-    records: pd.DataFrame, protocol: str, budgets: Sequence[int] | None
-) -> tuple[list[int], int]:
-    """The budgets of a budget protocol above the most responses any (model, task) cell
-    of ``records`` has, and that most: such a budget keeps every response, as that most
-    does, so its rows can only repeat that budget's."""
-    chosen = budgets or DEFAULT_BUDGETS.get(protocol, ())
-    if protocol not in DEFAULT_BUDGETS or not len(records):
-        return [], 0
-    fullest = int(records.groupby(["model", "task"]).size().max())
-    return sorted({int(b) for b in chosen if int(b) > fullest}), fullest
