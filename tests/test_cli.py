@@ -187,6 +187,7 @@ def test_info_on_a_one_model_store_counts_in_words_and_has_no_pair(tmp_path):
     assert "nan" not in info.stdout
 
 
+@pytest.mark.slow
 def test_evaluate_leaves_out_budgets_above_every_cell_and_says_so(tmp_path):
     cache = tmp_path / "small.csv"
     made = run("synth", "--out", str(cache), "--models", "12", "--tasks", "2", "--seed", "2")

@@ -196,6 +196,7 @@ def test_predict_targets_places_the_ensemble_with_the_kept_fit(tmp_path, capsys)
     assert np.abs(before["prediction"].to_numpy() - ensemble["prediction"].to_numpy()).max() < 0.1
 
 
+@pytest.mark.slow
 def test_readers_open_the_store_while_fit_computes(store_and_new, monkeypatch):
     """`fit` holds the file only for its reads and writes: a reader in another process
     (`info`, with no wait allowed) opens it while the predictor is being fitted."""
@@ -229,6 +230,7 @@ def test_readers_open_the_store_while_fit_computes(store_and_new, monkeypatch):
         )
 
 
+@pytest.mark.slow
 def test_an_ingest_after_fit_read_its_records_leaves_the_new_fit_stale(store_and_new, monkeypatch):
     """The fit and the leaderboard are kept under the store version read before their
     records: rows ingested once the records are read (the file is not held while the fit
