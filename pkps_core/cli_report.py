@@ -59,7 +59,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pkps_core.views.new_model import (
         new_model_report,
         thinned_store_model,
-        unjudged_tasks,
         without_truth_on,
     )
     from pkps_core.views.placed_model import placed_model_report
@@ -82,7 +81,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise RecordsError(f"unknown model {args.model!r}; it is not in the records")
         predictor = None if args.refit else _kept_predictor(store, records, args)
         unjudged: list[str] = []
-        if args.budget is not None:  # the rest of its responses judge the prediction
+        if upload is None:  # with --budget, the rest of its responses judge the prediction
             records, unjudged = thinned_store_model(
                 records, args.model, args.budget, seed=args.seed
             )
@@ -91,14 +90,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             notes += more
         elif predictor is not None:
             report = placed_model_report(predictor, records[records["model"] == args.model])
-            if args.budget is None:  # its full score is the data the placement read
-                report = without_truth_on(report, unjudged_tasks(records, args.model))
         else:
             report = new_model_report(
                 records, args.model, holdout=args.holdout, space_params={"random_state": args.seed}
             )
         report = without_truth_on(report, unjudged)
-    if unjudged:
+    if unjudged and args.budget is not None:
         notes.append(
             f"{len(unjudged)} task(s) have at most {args.budget} responses of "
             f"{args.model}, so none is hidden there to judge the prediction: "

@@ -16,7 +16,6 @@ from pkps_core.views.new_model import (
     new_model_report,
     run_status,
     thinned_store_model,
-    unjudged_tasks,
     without_truth_on,
 )
 from pkps_core.views.placed_model import embed_like_store, placed_model_report
@@ -35,10 +34,8 @@ KEEP_SEED = 0
 def kept_records(path: str, version: int, model: str, keep: str):
     """The store's records with ``model`` thinned to ``keep`` responses per task (all:
     unchanged), and the tasks where nothing judges its prediction."""
-    records = shared.load_records(path, version)
-    if keep == "all":
-        return records, unjudged_tasks(records, model)
-    return thinned_store_model(records, model, int(keep), seed=KEEP_SEED)
+    budget = None if keep == "all" else int(keep)
+    return thinned_store_model(shared.load_records(path, version), model, budget, seed=KEEP_SEED)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

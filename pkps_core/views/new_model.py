@@ -252,10 +252,10 @@ def new_model_report(
 
 
 def thinned_store_model(
-    records: pd.DataFrame, model: str, budget: int, *, seed: int = 0
+    records: pd.DataFrame, model: str, budget: int | None, *, seed: int = 0
 ) -> tuple[pd.DataFrame, list[str]]:
-    """A store model thinned to ``budget`` responses per task, to be predicted as new and
-    judged on the rest (:func:`pkps_core.protocols.masks.mask_targets`).
+    """A store model thinned to ``budget`` responses per task (None: all it has), to be
+    predicted as new and judged on the rest (:func:`pkps_core.protocols.masks.mask_targets`).
 
     Returns the records (every other model's as they were) and :func:`unjudged_tasks`:
     where nothing is hidden and no ``reference_score`` is given, nothing judges the
@@ -267,6 +267,8 @@ def thinned_store_model(
     if model not in set(records["model"].astype(str)):
         raise RecordsError(f"unknown model {model!r}; it is not in the records")
     unjudged = unjudged_tasks(records, model, budget)
+    if budget is None:
+        return records, unjudged
     return mask_targets(records, [model], budget, seed=seed), unjudged
 
 
